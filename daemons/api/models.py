@@ -1,0 +1,583 @@
+"""Pydantic models of the API objects, with Kubernetes field names on the wire.
+
+Attributes are snake_case; the wire names (camelCase, and the few irregular
+ones such as ``podIP``) are aliases. Unknown fields are kept (``extra="allow"``)
+so that a field this project does not model yet survives a round trip, as it
+does through a Kubernetes apiserver's unstructured paths.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def check_dns1123_label(value: str) -> str:
+    if len(value) > 63 or not DNS1123_LABEL.match(value):
+        raise ValueError(
+            f"a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+            f"and must start and end with an alphanumeric character (got {value!r})"
+        )
+    return value
+
+
+def check_dns1123_subdomain(value: str) -> str:
+    if len(value) > 253 or not DNS1123_SUBDOMAIN.match(value):
+        raise ValueError(
+            f"a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+            f"'.', and must start and end with an alphanumeric character (got {value!r})"
+        )
+    return value
+
+
+def check_dns1035_label(value: str) -> str:
+    if len(value) > 63 or not DNS1035_LABEL.match(value):
+        raise ValueError(
+            f"a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+            f"alphabetic character, and end with an alphanumeric character (got {value!r})"
+        )
+    return value
+
+
+def check_label_key(key: str) -> str:
+    prefix, _, name = key.rpartition("/")
+    if prefix:
+        check_dns1123_subdomain(prefix)
+    if not name or len(name) > 63 or not QUALIFIED_NAME.match(name):
+        raise ValueError(f"label key {key!r} must be a qualified name ([prefix/]name, name of at most 63 "
+                         "alphanumeric characters, '-', '_' or '.')")
+    return key
+
+
+def check_label_value(value: str) -> str:
+    if len(value) > 63 or not LABEL_VALUE.match(value):
+        raise ValueError(f"label value {value!r} must be at most 63 alphanumeric characters, '-', '_' or "
+                         "'.', starting and ending with an alphanumeric character")
+    return value
+
+
+class KubeModel(BaseModel):
+    """Base of every API structure: camelCase on the wire, unknown fields kept."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    def wire(self) -> dict[str, Any]:
+        """The object as the API speaks it: wire names, no null fields."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+Quantity = int | float | str
+IntOrString = int | str
+
+
+class OwnerReference(KubeModel):
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(KubeModel):
+    name: str | None = None
+    generate_name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+    deletion_grace_period_seconds: int | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    owner_references: list[OwnerReference] | None = None
+    finalizers: list[str] | None = None
+    managed_fields: list[dict[str, Any]] | None = None
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str] | None) -> dict[str, str] | None:
+        for key, value in (labels or {}).items():
+            check_label_key(key)
+            check_label_value(value)
+        return labels
+
+
+class ObjectReference(KubeModel):
+    api_version: str | None = None
+    kind: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    field_path: str | None = None
+
+
+class LabelSelectorRequirement(KubeModel):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] | None = None
+
+
+class LabelSelector(KubeModel):
+    match_labels: dict[str, str] | None = None
+    match_expressions: list[LabelSelectorRequirement] | None = None
+
+
+class KubeObject(KubeModel):
+    """A top-level object: apiVersion, kind, metadata."""
+
+    api_version: str | None = None
+    kind: str | None = None
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+
+# --- Pods -------------------------------------------------------------------------------------------
+
+class EnvVar(KubeModel):
+    name: str
+    value: str | None = None
+    value_from: dict[str, Any] | None = None
+
+
+class ContainerPort(KubeModel):
+    name: str | None = None
+    container_port: Annotated[int, Field(ge=1, le=65535)]
+    host_port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    host_ip: str | None = Field(default=None, alias="hostIP")
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+
+
+class ResourceRequirements(KubeModel):
+    limits: dict[str, Quantity] | None = None
+    requests: dict[str, Quantity] | None = None
+
+
+class VolumeMount(KubeModel):
+    name: str
+    mount_path: str
+    read_only: bool | None = None
+    sub_path: str | None = None
+
+
+class HTTPGetAction(KubeModel):
+    path: str | None = None
+    port: IntOrString
+    host: str | None = None
+    scheme: Literal["HTTP", "HTTPS"] = "HTTP"
+
+
+class Probe(KubeModel):
+    exec: dict[str, Any] | None = None
+    http_get: HTTPGetAction | None = None
+    tcp_socket: dict[str, Any] | None = None
+    initial_delay_seconds: Annotated[int, Field(ge=0)] | None = None
+    period_seconds: Annotated[int, Field(ge=1)] | None = None
+    timeout_seconds: Annotated[int, Field(ge=1)] | None = None
+    success_threshold: Annotated[int, Field(ge=1)] | None = None
+    failure_threshold: Annotated[int, Field(ge=1)] | None = None
+
+
+class SecurityContext(KubeModel):
+    run_as_user: Annotated[int, Field(ge=0)] | None = None
+    run_as_group: Annotated[int, Field(ge=0)] | None = None
+    run_as_non_root: bool | None = None
+    privileged: bool | None = None
+    read_only_root_filesystem: bool | None = None
+
+
+class PodSecurityContext(SecurityContext):
+    fs_group: Annotated[int, Field(ge=0)] | None = None
+    supplemental_groups: list[Annotated[int, Field(ge=0)]] | None = None
+    supplemental_groups_policy: Literal["Merge", "Strict"] | None = None
+
+
+class Container(KubeModel):
+    name: str
+    image: str
+    command: list[str] | None = None
+    args: list[str] | None = None
+    working_dir: str | None = None
+    env: list[EnvVar] | None = None
+    ports: list[ContainerPort] | None = None
+    resources: ResourceRequirements | None = None
+    volume_mounts: list[VolumeMount] | None = None
+    liveness_probe: Probe | None = None
+    readiness_probe: Probe | None = None
+    startup_probe: Probe | None = None
+    security_context: SecurityContext | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return check_dns1123_label(name)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, image: str) -> str:
+        if not image.strip():
+            raise ValueError("image must not be empty")
+        return image
+
+
+class Volume(KubeModel):
+    name: str
+    empty_dir: dict[str, Any] | None = None
+    host_path: dict[str, Any] | None = None
+    persistent_volume_claim: dict[str, Any] | None = None
+    config_map: dict[str, Any] | None = None
+    secret: dict[str, Any] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return check_dns1123_label(name)
+
+
+class Toleration(KubeModel):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class PodSpec(KubeModel):
+    containers: Annotated[list[Container], Field(min_length=1)]
+    init_containers: list[Container] | None = None
+    volumes: list[Volume] | None = None
+    restart_policy: Literal["Always", "OnFailure", "Never"] = "Always"
+    termination_grace_period_seconds: Annotated[int, Field(ge=0)] = 30
+    dns_policy: Literal["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"] = "ClusterFirst"
+    node_selector: dict[str, str] | None = None
+    node_name: str | None = None
+    service_account_name: str | None = None
+    host_network: bool | None = None
+    security_context: PodSecurityContext | None = None
+    scheduler_name: str = "default-scheduler"
+    tolerations: list[Toleration] | None = None
+    affinity: dict[str, Any] | None = None
+    priority: int | None = None
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> PodSpec:
+        seen: set[str] = set()
+        for container in [*self.containers, *(self.init_containers or [])]:
+            if container.name in seen:
+                raise ValueError(f"containers: duplicate container name {container.name!r}")
+            seen.add(container.name)
+        volume_names = [volume.name for volume in self.volumes or []]
+        if len(volume_names) != len(set(volume_names)):
+            raise ValueError("volumes: duplicate volume name")
+        for container in self.containers:
+            for mount in container.volume_mounts or []:
+                if mount.name not in volume_names:
+                    raise ValueError(
+                        f"containers[{container.name}].volumeMounts: volume {mount.name!r} not found"
+                    )
+        return self
+
+
+class ContainerStatus(KubeModel):
+    name: str
+    ready: bool = False
+    restart_count: int = 0
+    image: str | None = None
+    image_id: str | None = Field(default=None, alias="imageID")
+    container_id: str | None = Field(default=None, alias="containerID")
+    started: bool | None = None
+    state: dict[str, Any] | None = None
+    last_state: dict[str, Any] | None = None
+
+
+class PodCondition(KubeModel):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+    last_probe_time: str | None = None
+
+
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+
+
+class PodStatus(KubeModel):
+    phase: PodPhase | None = None
+    conditions: list[PodCondition] | None = None
+    message: str | None = None
+    reason: str | None = None
+    host_ip: str | None = Field(default=None, alias="hostIP")
+    pod_ip: str | None = Field(default=None, alias="podIP")
+    pod_ips: list[dict[str, str]] | None = Field(default=None, alias="podIPs")
+    start_time: str | None = None
+    container_statuses: list[ContainerStatus] | None = None
+    init_container_statuses: list[ContainerStatus] | None = None
+
+
+class Pod(KubeObject):
+    spec: PodSpec
+    status: PodStatus | None = None
+
+
+class PodTemplateSpec(KubeModel):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PodSpec
+
+
+# --- Nodes and namespaces ---------------------------------------------------------------------------
+
+class Taint(KubeModel):
+    key: str
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    time_added: str | None = None
+
+
+class NodeSpec(KubeModel):
+    pod_cidr: str | None = Field(default=None, alias="podCIDR")
+    pod_cidrs: list[str] | None = Field(default=None, alias="podCIDRs")
+    unschedulable: bool | None = None
+    taints: list[Taint] | None = None
+    provider_id: str | None = Field(default=None, alias="providerID")
+
+
+class NodeCondition(KubeModel):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = None
+    message: str | None = None
+    last_heartbeat_time: str | None = None
+    last_transition_time: str | None = None
+
+
+class NodeAddress(KubeModel):
+    type: Literal["InternalIP", "ExternalIP", "Hostname", "InternalDNS", "ExternalDNS"]
+    address: str
+
+
+class NodeStatus(KubeModel):
+    capacity: dict[str, Quantity] | None = None
+    allocatable: dict[str, Quantity] | None = None
+    conditions: list[NodeCondition] | None = None
+    addresses: list[NodeAddress] | None = None
+    node_info: dict[str, Any] | None = None
+    daemon_endpoints: dict[str, Any] | None = None
+
+
+class Node(KubeObject):
+    spec: NodeSpec = Field(default_factory=NodeSpec)
+    status: NodeStatus | None = None
+
+
+class NamespaceStatus(KubeModel):
+    phase: Literal["Active", "Terminating"] | None = None
+
+
+class Namespace(KubeObject):
+    spec: dict[str, Any] | None = None
+    status: NamespaceStatus | None = None
+
+
+# --- Services ---------------------------------------------------------------------------------------
+
+class ServicePort(KubeModel):
+    name: str | None = None
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+    port: Annotated[int, Field(ge=1, le=65535)]
+    target_port: IntOrString | None = None
+    node_port: Annotated[int, Field(ge=1, le=65535)] | None = None
+
+
+class ServiceSpec(KubeModel):
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"] = "ClusterIP"
+    selector: dict[str, str] | None = None
+    ports: list[ServicePort] | None = None
+    cluster_ip: str | None = Field(default=None, alias="clusterIP")
+    cluster_ips: list[str] | None = Field(default=None, alias="clusterIPs")
+    external_name: str | None = None
+    external_ips: list[str] | None = Field(default=None, alias="externalIPs")
+    session_affinity: Literal["ClientIP", "None"] = "None"
+
+    @model_validator(mode="after")
+    def _ports(self) -> ServiceSpec:
+        ports = self.ports or []
+        if len(ports) > 1 and any(not port.name for port in ports):
+            raise ValueError("ports: each port must have a name when more than one port is given")
+        for port in ports:
+            if port.target_port is None:
+                port.target_port = port.port
+        return self
+
+
+class Service(KubeObject):
+    spec: ServiceSpec = Field(default_factory=ServiceSpec)
+    status: dict[str, Any] | None = None
+
+
+class EndpointAddress(KubeModel):
+    ip: str
+    hostname: str | None = None
+    node_name: str | None = None
+    target_ref: ObjectReference | None = None
+
+
+class EndpointPort(KubeModel):
+    name: str | None = None
+    port: Annotated[int, Field(ge=1, le=65535)]
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+
+
+class EndpointSubset(KubeModel):
+    addresses: list[EndpointAddress] | None = None
+    not_ready_addresses: list[EndpointAddress] | None = None
+    ports: list[EndpointPort] | None = None
+
+
+class Endpoints(KubeObject):
+    subsets: list[EndpointSubset] | None = None
+
+
+# --- Events -----------------------------------------------------------------------------------------
+
+class EventSource(KubeModel):
+    component: str | None = None
+    host: str | None = None
+
+
+class Event(KubeObject):
+    involved_object: ObjectReference
+    reason: str | None = None
+    message: str | None = None
+    type: Literal["Normal", "Warning"] | None = None
+    count: int | None = None
+    first_timestamp: str | None = None
+    last_timestamp: str | None = None
+    event_time: str | None = None
+    source: EventSource | None = None
+    reporting_component: str | None = None
+    reporting_instance: str | None = None
+    action: str | None = None
+
+
+# --- Workloads --------------------------------------------------------------------------------------
+
+class WorkloadCondition(KubeModel):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = None
+    message: str | None = None
+    last_update_time: str | None = None
+    last_transition_time: str | None = None
+
+
+class TemplatedWorkloadSpec(KubeModel):
+    """What ReplicaSet and Deployment specs share: replicas, selector, template."""
+
+    replicas: Annotated[int, Field(ge=0)] = 1
+    min_ready_seconds: Annotated[int, Field(ge=0)] | None = None
+    selector: LabelSelector
+    template: PodTemplateSpec
+
+    @model_validator(mode="after")
+    def _selector_matches_template(self) -> TemplatedWorkloadSpec:
+        from daemons.api.selectors import LabelSelectorQuery
+
+        if not (self.selector.match_labels or self.selector.match_expressions):
+            raise ValueError("selector: empty selector is invalid for this workload")
+        labels = self.template.metadata.labels or {}
+        if not LabelSelectorQuery.from_label_selector(self.selector.wire()).matches(labels):
+            raise ValueError("template.metadata.labels: `selector` does not match template `labels`")
+        return self
+
+
+class ReplicaSetSpec(TemplatedWorkloadSpec):
+    pass
+
+
+class ReplicaSetStatus(KubeModel):
+    replicas: int = 0
+    fully_labeled_replicas: int | None = None
+    ready_replicas: int | None = None
+    available_replicas: int | None = None
+    observed_generation: int | None = None
+    conditions: list[WorkloadCondition] | None = None
+
+
+class ReplicaSet(KubeObject):
+    spec: ReplicaSetSpec
+    status: ReplicaSetStatus | None = None
+
+
+class RollingUpdateDeployment(KubeModel):
+    max_surge: IntOrString = "25%"
+    max_unavailable: IntOrString = "25%"
+
+
+class DeploymentStrategy(KubeModel):
+    type: Literal["RollingUpdate", "Recreate"] = "RollingUpdate"
+    rolling_update: RollingUpdateDeployment | None = None
+
+    @model_validator(mode="after")
+    def _defaults(self) -> DeploymentStrategy:
+        if self.type == "RollingUpdate" and self.rolling_update is None:
+            self.rolling_update = RollingUpdateDeployment()
+        if self.type == "Recreate" and self.rolling_update is not None:
+            raise ValueError("rollingUpdate: may not be specified when strategy `type` is 'Recreate'")
+        return self
+
+
+class DeploymentSpec(TemplatedWorkloadSpec):
+    strategy: DeploymentStrategy = Field(default_factory=DeploymentStrategy)
+    revision_history_limit: Annotated[int, Field(ge=0)] = 10
+    progress_deadline_seconds: Annotated[int, Field(ge=1)] = 600
+    paused: bool | None = None
+
+
+class DeploymentStatus(ReplicaSetStatus):
+    updated_replicas: int | None = None
+    unavailable_replicas: int | None = None
+    collision_count: int | None = None
+
+
+class Deployment(KubeObject):
+    spec: DeploymentSpec
+    status: DeploymentStatus | None = None
+
+
+# --- Subresource bodies -----------------------------------------------------------------------------
+
+class ScaleSpec(KubeModel):
+    replicas: Annotated[int, Field(ge=0)] = 0
+
+
+class ScaleStatus(KubeModel):
+    replicas: int = 0
+    selector: str | None = None
+
+
+class Scale(KubeObject):
+    spec: ScaleSpec = Field(default_factory=ScaleSpec)
+    status: ScaleStatus | None = None
+
+
+class Binding(KubeObject):
+    target: ObjectReference
+
+
+class DeleteOptions(KubeModel):
+    grace_period_seconds: Annotated[int, Field(ge=0)] | None = None
+    propagation_policy: Literal["Orphan", "Background", "Foreground"] | None = None
+    preconditions: dict[str, str] | None = None
+    dry_run: list[str] | None = None

@@ -1,0 +1,127 @@
+"""The resource table: one row per kind, driving routes, discovery, storage keys and the CLI.
+
+A later kind is added by writing its model and appending a row to ``RESOURCES``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from daemons.api import models
+
+NameFormat = Literal["subdomain", "label", "dns1035"]
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str
+    plural: str
+    model: type[models.KubeObject]
+    group: str = ""
+    version: str = "v1"
+    namespaced: bool = True
+    short_names: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    name_format: NameFormat = "subdomain"
+    # Whether the object has a spec/status split: plain writes then keep the stored status.
+    has_status: bool = True
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    @property
+    def qualified_name(self) -> str:
+        """``plural.group`` as kubectl and etcd keys spell it (``pods``, ``replicasets.apps``)."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def api_prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        """The REST path of the collection, one object, or one of its subresources."""
+        parts = [self.api_prefix]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name:
+            parts.append(name)
+            if subresource:
+                parts.append(subresource)
+        return "/".join(parts)
+
+    def storage_prefix(self, namespace: str | None = None) -> str:
+        """The etcd key prefix: ``/registry/<resource>[.<group>]/[<namespace>/]``."""
+        prefix = f"/registry/{self.qualified_name}/"
+        if self.namespaced and namespace:
+            prefix += f"{namespace}/"
+        return prefix
+
+    def storage_key(self, namespace: str | None, name: str) -> str:
+        return self.storage_prefix(namespace if self.namespaced else None) + name
+
+
+RESOURCES: tuple[Resource, ...] = (
+    Resource("Namespace", "namespaces", models.Namespace, namespaced=False, short_names=("ns",),
+             subresources=("status",), name_format="label"),
+    Resource("Pod", "pods", models.Pod, short_names=("po",), subresources=("status", "binding"),
+             categories=("all",)),
+    Resource("Node", "nodes", models.Node, namespaced=False, short_names=("no",), subresources=("status",)),
+    Resource("Service", "services", models.Service, short_names=("svc",), subresources=("status",),
+             categories=("all",), name_format="dns1035"),
+    Resource("Endpoints", "endpoints", models.Endpoints, short_names=("ep",), has_status=False),
+    Resource("Event", "events", models.Event, short_names=("ev",), has_status=False),
+    Resource("ReplicaSet", "replicasets", models.ReplicaSet, group="apps", short_names=("rs",),
+             subresources=("status", "scale"), categories=("all",)),
+    Resource("Deployment", "deployments", models.Deployment, group="apps", short_names=("deploy",),
+             subresources=("status", "scale"), categories=("all",)),
+)
+
+
+def find(group: str, version: str, plural: str) -> Resource | None:
+    """The row served at ``/api[s]/<group>/<version>/<plural>``."""
+    for resource in RESOURCES:
+        if (resource.group, resource.version, resource.plural) == (group, version, plural):
+            return resource
+    return None
+
+
+def by_kind(api_version: str, kind: str) -> Resource | None:
+    """The row for a manifest's ``apiVersion`` and ``kind``."""
+    for resource in RESOURCES:
+        if resource.api_version == api_version and resource.kind == kind:
+            return resource
+    return None
+
+
+def resolve(name: str) -> Resource | None:
+    """The row a user means by a name on the command line: plural, singular, short or kind, optionally ``.group``."""
+    wanted, _, group = name.lower().partition(".")
+    for resource in RESOURCES:
+        if group and group != resource.group.lower():
+            continue
+        names = {resource.plural, resource.singular, resource.kind.lower(), *resource.short_names}
+        if wanted in names:
+            return resource
+    return None
+
+
+def groups() -> dict[str, list[str]]:
+    """Each API group (``""`` for core) and its versions, in table order."""
+    result: dict[str, list[str]] = {}
+    for resource in RESOURCES:
+        versions = result.setdefault(resource.group, [])
+        if resource.version not in versions:
+            versions.append(resource.version)
+    return result

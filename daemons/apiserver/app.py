@@ -1,0 +1,435 @@
+"""The apiserver's HTTP layer: routing every REST path of the resource table onto the registry."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+
+from daemons.api import errors
+from daemons.api.resources import Resource, find
+from daemons.apiserver import discovery, tables
+from daemons.apiserver.auth import Authenticator, load_token_file
+from daemons.apiserver.publisher import EventPublisher
+from daemons.apiserver.registry import NAMESPACES, Registry
+from daemons.apiserver.settings import ApiServerSettings
+from daemons.apiserver.storage import Storage
+from daemons.apiserver.watch import object_events
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 3 * 1024 * 1024
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+PATCH_TYPES = {
+    "application/json-patch+json": "json",
+    "application/merge-patch+json": "merge",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/apply-patch+yaml": "apply",
+}
+
+REQUESTS = Counter("apiserver_request_total", "Requests by verb, resource and HTTP code",
+                   ["verb", "resource", "code"])
+LATENCY = Histogram("apiserver_request_duration_seconds", "Request latency by verb and resource (watches excluded)",
+                    ["verb", "resource"],
+                    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a REST path names: a resource collection, one object, or one of its subresources."""
+
+    resource: Resource
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+def parse_target(group: str, version: str, rest: list[str]) -> Target:
+    not_found = errors.NotFound("the server could not find the requested resource")
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        candidate = find(group, version, rest[2])
+        if candidate is not None and candidate.namespaced:
+            if len(rest) > 5:
+                raise not_found
+            return _target(candidate, rest[1], rest[3:])
+    resource = find(group, version, rest[0])
+    if resource is None or len(rest) > 3:
+        raise not_found
+    if resource.namespaced and len(rest) > 1:
+        raise not_found
+    return _target(resource, None, rest[1:])
+
+
+def _target(resource: Resource, namespace: str | None, rest: list[str]) -> Target:
+    name = rest[0] if rest else None
+    subresource = rest[1] if len(rest) > 1 else None
+    if subresource is not None and subresource not in resource.subresources:
+        raise errors.NotFound("the server could not find the requested resource")
+    return Target(resource, namespace, name, subresource)
+
+
+def request_verb(method: str, target: Target | None, watch: bool) -> str:
+    if target is None:
+        return method
+    if method == "GET":
+        return "WATCH" if watch else ("LIST" if target.name is None else "GET")
+    if method == "DELETE" and target.name is None:
+        return "DELETECOLLECTION"
+    return {"POST": "CREATE", "PUT": "UPDATE"}.get(method, method)
+
+
+def wants_table(request: Request) -> bool:
+    return "as=Table" in request.headers.get("accept", "")
+
+
+def is_watch(request: Request) -> bool:
+    return request.query_params.get("watch", "").lower() in ("1", "true")
+
+
+def parse_body(raw: bytes, content_type: str) -> Any:
+    """JSON, or YAML where the content type says so (or JSON fails on an apply patch)."""
+    if len(raw) > MAX_BODY_BYTES:
+        raise errors.RequestEntityTooLarge(f"the request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
+    if not raw.strip():
+        raise errors.BadRequest("the request body is empty")
+    try:
+        return json.loads(raw)
+    except ValueError as json_error:
+        if "yaml" not in content_type:
+            raise errors.BadRequest(f"the request body is not valid JSON: {json_error}") from None
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as yaml_error:
+        raise errors.BadRequest(f"the request body is not valid YAML: {yaml_error}") from None
+
+
+def list_body(resource: Resource, items: list[Obj], revision: int) -> Obj:
+    return {"kind": resource.list_kind, "apiVersion": resource.api_version,
+            "metadata": {"resourceVersion": str(revision)}, "items": items}
+
+
+def json_response(body: Obj, status_code: int = 200, warnings: list[str] | None = None) -> JSONResponse:
+    headers = {"Warning": ", ".join(f'299 - "unknown field \\"{field}\\""' for field in warnings)} if warnings else None
+    return JSONResponse(body, status_code=status_code, headers=headers)
+
+
+def status_success(details: Obj | None = None, code: int = 200) -> Obj:
+    body: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+    if details:
+        body["details"] = details
+    return body
+
+
+def create_app(settings: ApiServerSettings) -> FastAPI:
+    storage = Storage(settings.etcd_servers)
+    registry = Registry(storage)
+    authenticator = Authenticator(load_token_file(settings.token_auth_file) if settings.token_auth_file else None)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        bootstrap = asyncio.create_task(ensure_namespaces(registry))
+        publisher = None
+        if settings.amqp_url:
+            publisher = asyncio.create_task(EventPublisher(storage, settings.amqp_url).run())
+        try:
+            yield
+        finally:
+            for task in (bootstrap, publisher):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            await storage.close()
+
+    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(errors.APIError)
+    async def api_error(_request: Request, error: errors.APIError) -> JSONResponse:
+        return JSONResponse(error.to_status(), status_code=error.code)
+
+    @app.middleware("http")
+    async def gatekeeper(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        """Authentication, the body size limit and request metrics, before any route runs."""
+        started = time.perf_counter()
+        verb, resource_name = classify(request)
+        if authenticator.authenticate(request.url.path, request.headers.get("authorization")) is None:
+            response: Response = JSONResponse(errors.Unauthorized("Unauthorized").to_status(), status_code=401)
+        elif int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
+            response = JSONResponse(errors.RequestEntityTooLarge(
+                f"the request body is larger than the limit of {MAX_BODY_BYTES} bytes").to_status(), status_code=413)
+        else:
+            response = await call_next(request)
+        REQUESTS.labels(verb, resource_name, str(response.status_code)).inc()
+        if verb != "WATCH":
+            LATENCY.labels(verb, resource_name).observe(time.perf_counter() - started)
+        return response
+
+    @app.get("/healthz")
+    @app.get("/livez")
+    async def healthz() -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    @app.get("/readyz")
+    async def readyz() -> PlainTextResponse:
+        try:
+            await storage.revision()
+        except errors.ServiceUnavailable as error:
+            return PlainTextResponse(f"[-]etcd failed: {error}", status_code=503)
+        return PlainTextResponse("ok")
+
+    @app.get("/version")
+    async def version() -> JSONResponse:
+        return JSONResponse(discovery.version_info())
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api")
+    async def core_versions(request: Request) -> JSONResponse:
+        return JSONResponse(discovery.core_versions(request.url.netloc))
+
+    @app.get("/apis")
+    async def api_groups() -> JSONResponse:
+        return JSONResponse(discovery.group_list())
+
+    rest_methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+    @app.api_route("/api/{path:path}", methods=rest_methods)
+    async def core_api(request: Request, path: str) -> Response:
+        segments = [part for part in path.split("/") if part]
+        if len(segments) == 1 and request.method == "GET":
+            return discovered(discovery.resource_list("", segments[0]))
+        return await serve(request, "", segments[0], segments[1:])
+
+    @app.api_route("/apis/{path:path}", methods=rest_methods)
+    async def group_api(request: Request, path: str) -> Response:
+        segments = [part for part in path.split("/") if part]
+        if len(segments) == 1 and request.method == "GET":
+            return discovered(discovery.group(segments[0]))
+        if len(segments) == 2 and request.method == "GET":
+            return discovered(discovery.resource_list(segments[0], segments[1]))
+        if len(segments) < 3:
+            raise errors.NotFound("the server could not find the requested resource")
+        return await serve(request, segments[0], segments[1], segments[2:])
+
+    async def serve(request: Request, group: str, version: str, rest: list[str]) -> Response:
+        if not rest:
+            raise errors.NotFound("the server could not find the requested resource")
+        target = parse_target(group, version, rest)
+        handler = HANDLERS.get((request.method, target.name is not None, target.subresource))
+        if handler is None:
+            raise errors.MethodNotAllowed(f"{request.method} is not supported on this path")
+        return await handler(registry, request, target)
+
+    return app
+
+
+def discovered(document: Obj | None) -> JSONResponse:
+    if document is None:
+        raise errors.NotFound("the server could not find the requested resource")
+    return JSONResponse(document)
+
+
+def classify(request: Request) -> tuple[str, str]:
+    """The metric labels of a request: its Kubernetes verb and resource."""
+    segments = [part for part in request.url.path.split("/") if part]
+    try:
+        if segments[:1] == ["api"] and len(segments) > 2:
+            target: Target | None = parse_target("", segments[1], segments[2:])
+        elif segments[:1] == ["apis"] and len(segments) > 3:
+            target = parse_target(segments[1], segments[2], segments[3:])
+        else:
+            target = None
+    except errors.APIError:
+        target = None
+    resource_name = target.resource.plural if target else ""
+    return request_verb(request.method, target, is_watch(request)), resource_name
+
+
+async def ensure_namespaces(registry: Registry) -> None:
+    """Create the system namespaces, waiting for etcd as long as it takes."""
+    pending = list(SYSTEM_NAMESPACES)
+    while pending:
+        try:
+            for name in list(pending):
+                with contextlib.suppress(errors.AlreadyExists):
+                    await registry.create(NAMESPACES, None, {"metadata": {"name": name}})
+                pending.remove(name)
+        except errors.ServiceUnavailable:
+            await asyncio.sleep(1)
+
+
+# --- handlers, one per (method, named, subresource) -----------------------------------------------
+
+Handler = Callable[[Registry, Request, Target], Awaitable[Response]]
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "").lower() in ("1", "true")
+
+
+def _dry_run(request: Request) -> bool:
+    return request.query_params.get("dryRun") == "All"
+
+
+async def _body(request: Request) -> Any:
+    return parse_body(await request.body(), request.headers.get("content-type", ""))
+
+
+async def list_or_watch(registry: Registry, request: Request, target: Target) -> Response:
+    params = request.query_params
+    if is_watch(request):
+        return await watch_response(registry, request, target)
+    items, revision = await registry.list(target.resource, target.namespace, params.get("labelSelector"),
+                                          params.get("fieldSelector"))
+    if wants_table(request):
+        return JSONResponse(tables.table(target.resource.kind, items, str(revision),
+                                         include_object=params.get("includeObject", "Metadata")))
+    return JSONResponse(list_body(target.resource, items, revision))
+
+
+async def watch_response(registry: Registry, request: Request, target: Target) -> Response:
+    params = request.query_params
+    events = await object_events(registry, target.resource, target.namespace, params.get("labelSelector"),
+                                 params.get("fieldSelector"), params.get("resourceVersion"))
+    as_table = wants_table(request)
+    include_object = params.get("includeObject", "Metadata")
+    timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
+
+    async def stream() -> AsyncIterator[bytes]:
+        try:
+            async with asyncio.timeout(timeout):
+                async for event_type, obj in events:
+                    shown = tables.table(target.resource.kind, [obj], obj["metadata"]["resourceVersion"],
+                                         include_object=include_object) if as_table else obj
+                    yield json.dumps({"type": event_type, "object": shown}).encode() + b"\n"
+        except TimeoutError:
+            return
+        except errors.APIError as error:
+            yield json.dumps({"type": "ERROR", "object": error.to_status()}).encode() + b"\n"
+        finally:
+            await events.aclose()
+
+    return StreamingResponse(stream(), media_type="application/json")
+
+
+async def get_object(registry: Registry, request: Request, target: Target) -> Response:
+    assert target.name is not None
+    obj = await registry.get(target.resource, target.namespace, target.name)
+    if wants_table(request):
+        return JSONResponse(tables.table(target.resource.kind, [obj], obj["metadata"]["resourceVersion"],
+                                         include_object=request.query_params.get("includeObject", "Metadata")))
+    return JSONResponse(obj)
+
+
+async def get_scale(registry: Registry, _request: Request, target: Target) -> Response:
+    assert target.name is not None and target.namespace is not None
+    return JSONResponse(await registry.get_scale(target.resource, target.namespace, target.name))
+
+
+async def create(registry: Registry, request: Request, target: Target) -> Response:
+    obj, warnings = await registry.create(target.resource, target.namespace, await _body(request), _dry_run(request),
+                                          request.query_params.get("fieldManager"))
+    return json_response(obj, 201, warnings)
+
+
+async def bind(registry: Registry, request: Request, target: Target) -> Response:
+    assert target.name is not None and target.namespace is not None
+    await registry.bind(target.namespace, target.name, await _body(request))
+    return JSONResponse(status_success(code=201), status_code=201)
+
+
+async def update(registry: Registry, request: Request, target: Target) -> Response:
+    assert target.name is not None
+    obj, warnings = await registry.update(target.resource, target.namespace, target.name, await _body(request),
+                                          target.subresource, _dry_run(request),
+                                          request.query_params.get("fieldManager"))
+    return json_response(obj, 200, warnings)
+
+
+async def patch(registry: Registry, request: Request, target: Target) -> Response:
+    assert target.name is not None
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    patch_type = PATCH_TYPES.get(content_type)
+    if patch_type is None:
+        raise errors.UnsupportedMediaType(f"the body of the request was in an unknown format - accepted media types "
+                                          f"include: {', '.join(PATCH_TYPES)}")
+    obj, warnings, created = await registry.patch(
+        target.resource, target.namespace, target.name, patch_type, await _body(request), target.subresource,
+        _dry_run(request), request.query_params.get("fieldManager"), _flag(request, "force"))
+    return json_response(obj, 201 if created else 200, warnings)
+
+
+async def change_scale(registry: Registry, request: Request, target: Target) -> Response:
+    assert target.name is not None and target.namespace is not None
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    scale = await registry.update_scale(target.resource, target.namespace, target.name, request.method,
+                                        PATCH_TYPES.get(content_type), await _body(request))
+    return JSONResponse(scale)
+
+
+async def _delete_options(request: Request) -> Obj:
+    raw = await request.body()
+    options: Obj = parse_body(raw, request.headers.get("content-type", "")) if raw.strip() else {}
+    if not isinstance(options, dict):
+        raise errors.BadRequest("DeleteOptions must be an object")
+    if "gracePeriodSeconds" in request.query_params:
+        try:
+            options["gracePeriodSeconds"] = int(request.query_params["gracePeriodSeconds"])
+        except ValueError:
+            raise errors.BadRequest("gracePeriodSeconds must be an integer") from None
+    if "propagationPolicy" in request.query_params:
+        options["propagationPolicy"] = request.query_params["propagationPolicy"]
+    grace = options.get("gracePeriodSeconds")
+    if grace is not None and (not isinstance(grace, int) or grace < 0):
+        raise errors.Invalid.for_object("DeleteOptions", None, [{
+            "reason": "FieldValueInvalid", "field": "gracePeriodSeconds",
+            "message": f"Invalid value: {grace!r}: must be a non-negative integer"}])
+    return options
+
+
+async def delete(registry: Registry, request: Request, target: Target) -> Response:
+    assert target.name is not None
+    obj = await registry.delete(target.resource, target.namespace, target.name, await _delete_options(request),
+                                _dry_run(request))
+    pending = bool(obj["metadata"].get("deletionTimestamp"))
+    return JSONResponse(obj, status_code=202 if pending else 200)
+
+
+async def delete_collection(registry: Registry, request: Request, target: Target) -> Response:
+    params = request.query_params
+    deleted = await registry.delete_collection(target.resource, target.namespace, params.get("labelSelector"),
+                                               params.get("fieldSelector"), await _delete_options(request),
+                                               _dry_run(request))
+    return JSONResponse(list_body(target.resource, deleted, 0) | {"metadata": {}})
+
+
+HANDLERS: dict[tuple[str, bool, str | None], Handler] = {
+    ("GET", False, None): list_or_watch,
+    ("POST", False, None): create,
+    ("DELETE", False, None): delete_collection,
+    ("GET", True, None): get_object,
+    ("PUT", True, None): update,
+    ("PATCH", True, None): patch,
+    ("DELETE", True, None): delete,
+    ("GET", True, "status"): get_object,
+    ("PUT", True, "status"): update,
+    ("PATCH", True, "status"): patch,
+    ("POST", True, "binding"): bind,
+    ("GET", True, "scale"): get_scale,
+    ("PUT", True, "scale"): change_scale,
+    ("PATCH", True, "scale"): change_scale,
+}

@@ -1,0 +1,138 @@
+"""The event publisher: every committed change, in revision order, onto RabbitMQ.
+
+It follows one etcd watch over ``/registry/`` and publishes each event with
+publisher confirms to the topic exchange ``minik8s.events`` under
+``<plural>.<namespace>.<name>``. The last confirmed revision is checkpointed in
+etcd, outside ``/registry/``; after any crash or broker outage it resumes from
+the checkpoint, so consumers may see an event twice but never miss one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import aio_pika
+import aio_pika.abc
+import aiormq.exceptions
+from prometheus_client import Counter, Gauge
+
+from daemons.api.errors import Gone, ServiceUnavailable
+from daemons.api.resources import RESOURCES
+from daemons.apiserver.storage import Storage, StoredEvent
+
+log = logging.getLogger(__name__)
+
+EXCHANGE = "minik8s.events"
+CHECKPOINT_KEY = "/minik8s/publisher/revision"
+CLUSTER_SCOPE = "_"
+
+PUBLISHED = Counter("apiserver_events_published_total", "Watch events published to the event bus", ["resource"])
+PUBLISHED_REVISION = Gauge("apiserver_events_published_revision", "The last etcd revision confirmed by the broker")
+
+_PLURAL_BY_STORAGE_NAME = {resource.qualified_name: resource.plural for resource in RESOURCES}
+
+
+def routing_key(storage_key: str) -> str | None:
+    """``/registry/replicasets.apps/default/web`` → ``replicasets.default.web``; None for unknown keys."""
+    parts = storage_key.removeprefix("/registry/").split("/")
+    plural = _PLURAL_BY_STORAGE_NAME.get(parts[0])
+    if plural is None or len(parts) not in (2, 3):
+        return None
+    namespace, name = (parts[1], parts[2]) if len(parts) == 3 else (CLUSTER_SCOPE, parts[1])
+    return f"{plural}.{namespace}.{name}"
+
+
+def event_body(event: StoredEvent) -> bytes:
+    return json.dumps({"type": event.type, "object": event.object}, separators=(",", ":")).encode()
+
+
+class EventPublisher:
+    """Runs until cancelled, reconnecting to etcd and RabbitMQ with back-off."""
+
+    def __init__(self, storage: Storage, amqp_url: str, checkpoint_interval: float = 0.5,
+                 max_backoff: float = 10.0) -> None:
+        self.storage = storage
+        self.amqp_url = amqp_url
+        self.checkpoint_interval = checkpoint_interval
+        self.max_backoff = max_backoff
+        self.published: int | None = None
+        self._checkpointed: int | None = None
+
+    async def _resume_point(self) -> int:
+        if self.published is not None:
+            return self.published + 1
+        stored = await self.storage.get_raw(CHECKPOINT_KEY)
+        if stored is not None:
+            self.published = self._checkpointed = int(stored)
+            return self.published + 1
+        return await self.storage.revision() + 1
+
+    async def _checkpoint(self) -> None:
+        if self.published is not None and self.published != self._checkpointed:
+            await self.storage.put_raw(CHECKPOINT_KEY, str(self.published).encode())
+            self._checkpointed = self.published
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.checkpoint_interval)
+            try:
+                await self._checkpoint()
+            except ServiceUnavailable as error:
+                log.warning("cannot checkpoint the published revision: %s", error)
+
+    async def run(self) -> None:
+        backoff = 0.2
+        checkpointer = asyncio.create_task(self._checkpoint_loop())
+        try:
+            while True:
+                try:
+                    await self._publish_from(await self._resume_point())
+                except Gone as error:
+                    current = await self.storage.revision()
+                    log.error("event history before revision %s is compacted (%s); consumers must resync",
+                              current, error)
+                    self.published = current
+                except (ServiceUnavailable, aio_pika.exceptions.AMQPException, aiormq.exceptions.AMQPError,
+                        ConnectionError, OSError) as error:
+                    log.warning("event publishing interrupted (%s); retrying in %.1fs", error, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, self.max_backoff)
+                    continue
+                backoff = 0.2
+        finally:
+            checkpointer.cancel()
+            try:
+                await self._checkpoint()
+            except ServiceUnavailable:
+                log.warning("could not write the final publisher checkpoint")
+
+    async def _publish_from(self, start_revision: int) -> None:
+        connection = await aio_pika.connect(self.amqp_url, timeout=10)
+        async with connection:
+            channel = await connection.channel(publisher_confirms=True)
+            exchange = await channel.declare_exchange(EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True)
+            log.info("publishing events from revision %s to %s", start_revision, EXCHANGE)
+            events = await self.storage.watch("/registry/", start_revision)
+            last_log = time.monotonic()
+            async for event in events:
+                await self._publish(exchange, event)
+                if time.monotonic() - last_log > 60:
+                    log.info("published up to revision %s", self.published)
+                    last_log = time.monotonic()
+
+    async def _publish(self, exchange: aio_pika.abc.AbstractExchange, event: StoredEvent) -> None:
+        key = routing_key(event.key)
+        if key is not None:
+            message = aio_pika.Message(
+                event_body(event),
+                content_type="application/json",
+                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                headers={"revision": event.revision},
+            )
+            await exchange.publish(message, routing_key=key)
+            PUBLISHED.labels(key.split(".", 1)[0]).inc()
+        self.published = event.revision
+        PUBLISHED_REVISION.set(event.revision)

@@ -1,0 +1,506 @@
+"""The generic REST semantics of every resource: create, read, update, patch, delete, subresources.
+
+One implementation serves every row of the resource table; the few kind-specific
+rules (what status a new object starts with, what a pod update may change,
+graceful pod deletion) are small tables and functions here.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import secrets
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from daemons.api import errors
+from daemons.api.resources import RESOURCES, Resource
+from daemons.api.selectors import FieldSelectorQuery, LabelSelectorQuery, SelectorError
+from daemons.apiserver import patch as patches
+from daemons.apiserver.storage import Storage
+from daemons.apiserver.validation import validate
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+# What status a newly created object starts with; kinds not listed start without one,
+# except those whose creator owns their status (a kubelet registering its Node).
+INITIAL_STATUS: dict[str, Obj] = {
+    "Pod": {"phase": "Pending"},
+    "Namespace": {"phase": "Active"},
+    "Service": {"loadBalancer": {}},
+    "ReplicaSet": {"replicas": 0},
+    "Deployment": {},
+}
+CREATOR_OWNS_STATUS = {"Node"}
+SYSTEM_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
+MAX_CONFLICT_RETRIES = 8
+# Strategic merge patch needs patch strategies, which only Kubernetes' own groups define.
+BUILTIN_GROUPS = ("", "apps", "autoscaling")
+
+
+def now_rfc3339(moment: datetime | None = None) -> str:
+    return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Registry:
+    """REST operations over ``Storage`` for any row of the resource table."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    # --- helpers -----------------------------------------------------------------------------------
+
+    async def _current(self, resource: Resource, namespace: str | None, name: str) -> Obj:
+        obj = await self.storage.get(resource.storage_key(namespace, name))
+        if obj is None:
+            raise errors.not_found(resource.plural, name, resource.group)
+        return obj
+
+    async def _require_namespace(self, resource: Resource, namespace: str | None, creating: bool) -> None:
+        if not resource.namespaced:
+            return
+        if not namespace:
+            raise errors.BadRequest("a namespace is required for namespaced resources")
+        ns = await self.storage.get(NAMESPACES.storage_key(None, namespace))
+        if ns is None:
+            raise errors.not_found("namespaces", namespace)
+        if creating and (ns.get("status") or {}).get("phase") == "Terminating":
+            raise errors.Forbidden(
+                f'{resource.plural} "{namespace}" is forbidden: unable to create new content in namespace '
+                f"{namespace} because it is being terminated"
+            )
+
+    @staticmethod
+    def _check_identity(resource: Resource, obj: Obj, namespace: str | None, name: str | None) -> None:
+        """The body must be of this resource and agree with the URL about namespace and name."""
+        if not isinstance(obj, dict):
+            raise errors.BadRequest("the request body must be a JSON or YAML object")
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if kind and kind != resource.kind:
+            raise errors.BadRequest(f"the kind in the data ({kind}) does not match the expected kind "
+                                    f"({resource.kind})")
+        if api_version and api_version != resource.api_version:
+            raise errors.BadRequest(f"the API version in the data ({api_version}) does not match the expected "
+                                    f"API version ({resource.api_version})")
+        metadata = obj.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise errors.Invalid.for_object(resource.kind, None, [{
+                "reason": "FieldValueInvalid", "field": "metadata", "message": "Invalid value: must be an object"}])
+        metadata = metadata or {}
+        body_namespace = metadata.get("namespace")
+        if resource.namespaced and body_namespace and namespace and body_namespace != namespace:
+            raise errors.BadRequest("the namespace of the provided object does not match the namespace sent on "
+                                    "the request")
+        if name is not None and metadata.get("name") and metadata["name"] != name:
+            raise errors.BadRequest("the name of the object ({}) does not match the name on the URL ({})".format(
+                metadata["name"], name))
+
+    @staticmethod
+    def _normalize(resource: Resource, obj: Obj, namespace: str | None) -> Obj:
+        obj = copy.deepcopy(obj)
+        obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
+        metadata = obj.setdefault("metadata", {})
+        if resource.namespaced:
+            metadata["namespace"] = namespace
+        else:
+            metadata.pop("namespace", None)
+        return obj
+
+    # --- reads -------------------------------------------------------------------------------------
+
+    async def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
+        return await self._current(resource, namespace, name)
+
+    async def list(self, resource: Resource, namespace: str | None, label_selector: str | None = None,
+                   field_selector: str | None = None) -> tuple[list[Obj], int]:
+        labels, fields = parse_selectors(label_selector, field_selector)
+        items, revision = await self.storage.list(resource.storage_prefix(namespace))
+        if resource.namespaced and not namespace:
+            items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"].get("name", "")))
+        chosen = [obj for obj in items if labels.matches(obj["metadata"].get("labels")) and fields.matches(obj)]
+        return chosen, revision
+
+    # --- writes ------------------------------------------------------------------------------------
+
+    async def create(self, resource: Resource, namespace: str | None, body: Obj, dry_run: bool = False,
+                     field_manager: str | None = None) -> tuple[Obj, list[str]]:
+        self._check_identity(resource, body, namespace, None)
+        obj = self._normalize(resource, body, namespace)
+        metadata = obj["metadata"]
+        if not metadata.get("name") and metadata.get("generateName"):
+            metadata["name"] = metadata["generateName"] + secrets.token_hex(3)[:5]
+        for key in (*SYSTEM_METADATA, "resourceVersion"):
+            metadata.pop(key, None)
+        metadata["uid"] = str(uuid.uuid4())
+        metadata["creationTimestamp"] = now_rfc3339()
+        if resource.has_status:
+            metadata["generation"] = 1
+            if resource.kind not in CREATOR_OWNS_STATUS:
+                obj.pop("status", None)
+                if resource.kind in INITIAL_STATUS:
+                    obj["status"] = copy.deepcopy(INITIAL_STATUS[resource.kind])
+        obj, warnings = validate(resource, obj)
+        await self._require_namespace(resource, namespace, creating=True)
+        if field_manager:
+            obj = patches.record_update(None, obj, field_manager, now_rfc3339())
+        if dry_run:
+            return obj, warnings
+        key = resource.storage_key(namespace, metadata["name"])
+        revision = await self.storage.create(key, obj)
+        if revision is None:
+            raise errors.already_exists(resource.plural, metadata["name"], resource.group)
+        obj["metadata"]["resourceVersion"] = str(revision)
+        log.info("created %s %s", resource.kind, object_name(obj))
+        return obj, warnings
+
+    def _merge_update(self, resource: Resource, current: Obj, desired: Obj, subresource: str | None) -> Obj:
+        """The object to store when ``desired`` replaces ``current`` through the main resource or ``status``."""
+        merged = copy.deepcopy(desired)
+        metadata = merged.setdefault("metadata", {})
+        for key in SYSTEM_METADATA:
+            if key in current["metadata"]:
+                metadata[key] = current["metadata"][key]
+            else:
+                metadata.pop(key, None)
+        if subresource == "status":
+            merged = {**copy.deepcopy(current), "status": merged.get("status")}
+            if merged["status"] is None:
+                merged.pop("status")
+        elif resource.has_status:
+            if "status" in current:
+                merged["status"] = copy.deepcopy(current["status"])
+            else:
+                merged.pop("status", None)
+            if merged.get("spec") != current.get("spec"):
+                metadata["generation"] = int(current["metadata"].get("generation") or 1) + 1
+        if resource.kind == "Pod" and subresource is None:
+            check_pod_update(current, merged)
+        return merged
+
+    async def update(self, resource: Resource, namespace: str | None, name: str, body: Obj,
+                     subresource: str | None = None, dry_run: bool = False,
+                     field_manager: str | None = None) -> tuple[Obj, list[str]]:
+        """PUT: replace the object (or its status), compare-and-swap on the resourceVersion given."""
+        self._check_identity(resource, body, namespace, name)
+        desired = self._normalize(resource, body, namespace)
+        desired["metadata"]["name"] = name
+        wanted_version = desired["metadata"].get("resourceVersion")
+        current = await self._current(resource, namespace, name)
+        if wanted_version and wanted_version != current["metadata"]["resourceVersion"]:
+            raise errors.conflict(resource.plural, name, resource.group)
+        return await self._write(resource, current, self._merge_update(resource, current, desired, subresource),
+                                 dry_run, field_manager)
+
+    async def _write(self, resource: Resource, current: Obj, desired: Obj, dry_run: bool,
+                     field_manager: str | None) -> tuple[Obj, list[str]]:
+        """Validate and store ``desired`` over ``current``; no write at all when nothing changed."""
+        obj, warnings = validate(resource, desired)
+        obj["metadata"].pop("resourceVersion", None)
+        revision = int(current["metadata"]["resourceVersion"])
+        if field_manager:
+            obj = patches.record_update(current, obj, field_manager, now_rfc3339())
+        unchanged = {**current, "metadata": {k: v for k, v in current["metadata"].items() if k != "resourceVersion"}}
+        if obj == unchanged or dry_run:
+            obj["metadata"]["resourceVersion"] = str(revision)
+            return (current if obj == unchanged else obj), warnings
+        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers") \
+                and (resource.kind != "Pod" or not obj["metadata"].get("deletionGracePeriodSeconds")):
+            await self._remove(resource, current)
+            return current, warnings
+        key = resource.storage_key(obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        new_revision = await self.storage.update(key, obj, revision)
+        if new_revision is None:
+            raise errors.conflict(resource.plural, obj["metadata"]["name"], resource.group)
+        obj["metadata"]["resourceVersion"] = str(new_revision)
+        log.debug("updated %s %s at %s", resource.kind, object_name(obj), new_revision)
+        return obj, warnings
+
+    async def patch(self, resource: Resource, namespace: str | None, name: str, patch_type: str, body: Any,
+                    subresource: str | None = None, dry_run: bool = False, field_manager: str | None = None,
+                    force: bool = False) -> tuple[Obj, list[str], bool]:
+        """Apply a patch, retrying lost races unless the patch pins a resourceVersion; True if created."""
+        for _attempt in range(MAX_CONFLICT_RETRIES):
+            try:
+                current = await self._current(resource, namespace, name)
+            except errors.NotFound:
+                if patch_type != "apply":
+                    raise
+                if not isinstance(body, dict):
+                    raise errors.BadRequest("an apply patch must be an object") from None
+                self._check_identity(resource, body, namespace, name)
+                applied = patches.server_side_apply(None, body, field_manager or "unknown", force, now_rfc3339())
+                applied.setdefault("metadata", {})["name"] = name
+                try:
+                    obj, warnings = await self.create(resource, namespace, applied, dry_run)
+                except errors.AlreadyExists:
+                    continue
+                return obj, warnings, True
+            patched = self._apply_patch(resource, current, patch_type, body, field_manager, force)
+            self._check_identity(resource, patched, namespace, name)
+            patched = self._normalize(resource, patched, namespace)
+            pinned = patched["metadata"].get("resourceVersion")
+            if pinned and pinned != current["metadata"]["resourceVersion"]:
+                raise errors.conflict(resource.plural, name, resource.group)
+            desired = self._merge_update(resource, current, patched, subresource)
+            try:
+                obj, warnings = await self._write(resource, current, desired, dry_run,
+                                                  None if patch_type == "apply" else field_manager)
+            except errors.Conflict:
+                if pinned:
+                    raise
+                continue
+            return obj, warnings, False
+        raise errors.conflict(resource.plural, name, resource.group)
+
+    @staticmethod
+    def _apply_patch(resource: Resource, current: Obj, patch_type: str, body: Any, field_manager: str | None,
+                     force: bool) -> Obj:
+        try:
+            match patch_type:
+                case "json":
+                    if not isinstance(body, list):
+                        raise errors.BadRequest("a JSON patch must be a list of operations")
+                    return patches.json_patch(current, body)
+                case "merge" | "strategic":
+                    if not isinstance(body, dict):
+                        raise errors.BadRequest("a merge patch must be an object")
+                    if patch_type == "strategic" and resource.group not in BUILTIN_GROUPS:
+                        raise errors.UnsupportedMediaType(
+                            f"strategic merge patch is not supported for {resource.qualified_name}")
+                    merge = patches.strategic_merge_patch if patch_type == "strategic" else patches.json_merge_patch
+                    return merge(current, body)
+                case "apply":
+                    if not isinstance(body, dict):
+                        raise errors.BadRequest("an apply patch must be an object")
+                    if not field_manager:
+                        raise errors.BadRequest("PATCH with apply requires a fieldManager query parameter")
+                    return patches.server_side_apply(current, body, field_manager, force, now_rfc3339())
+        except patches.ApplyConflict as conflict:
+            causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{manager}"', "field": field}
+                      for manager, field in conflict.conflicts]
+            summary = "\n".join(f'- conflict with "{manager}": {field}' for manager, field in conflict.conflicts)
+            raise errors.Conflict(f"Apply failed with {len(causes)} conflict(s):\n{summary}",
+                                  details={"causes": causes}) from None
+        except patches.PatchError as error:
+            raise errors.Invalid(f"the patch could not be applied: {error}") from None
+        raise errors.UnsupportedMediaType(f"unsupported patch type {patch_type!r}")
+
+    # --- deletion ----------------------------------------------------------------------------------
+
+    async def _remove(self, resource: Resource, current: Obj) -> int:
+        metadata = current["metadata"]
+        key = resource.storage_key(metadata.get("namespace"), metadata["name"])
+        revision = await self.storage.delete(key, int(metadata["resourceVersion"]))
+        if revision is None:
+            raise errors.conflict(resource.plural, metadata["name"], resource.group)
+        log.info("deleted %s %s", resource.kind, object_name(current))
+        return revision
+
+    async def delete(self, resource: Resource, namespace: str | None, name: str, options: Obj,
+                     dry_run: bool = False) -> Obj:
+        """DELETE: graceful for bound pods, deferred while finalizers remain, immediate otherwise."""
+        for _attempt in range(MAX_CONFLICT_RETRIES):
+            current = await self._current(resource, namespace, name)
+            preconditions = options.get("preconditions") or {}
+            if preconditions.get("uid") and preconditions["uid"] != current["metadata"].get("uid"):
+                raise errors.Conflict(f"Precondition failed: UID in precondition: {preconditions['uid']}, "
+                                      f"UID in object meta: {current['metadata'].get('uid')}")
+            if preconditions.get("resourceVersion") and \
+                    preconditions["resourceVersion"] != current["metadata"]["resourceVersion"]:
+                raise errors.conflict(resource.plural, name, resource.group)
+            desired = self._deletion_state(resource, current, options.get("gracePeriodSeconds"))
+            if dry_run:
+                return desired or current
+            try:
+                if resource.kind == "Namespace" and desired is None:
+                    await self._empty_namespace(name)
+                if desired is None:
+                    await self._remove(resource, current)
+                    return current
+                if desired == current:
+                    return current
+                key = resource.storage_key(namespace, name)
+                stored = {**desired, "metadata": {k: v for k, v in desired["metadata"].items()
+                                                  if k != "resourceVersion"}}
+                revision = await self.storage.update(key, stored, int(current["metadata"]["resourceVersion"]))
+                if revision is None:
+                    continue
+                desired["metadata"]["resourceVersion"] = str(revision)
+                return desired
+            except errors.Conflict:
+                continue
+        raise errors.conflict(resource.plural, name, resource.group)
+
+    @staticmethod
+    def _deletion_state(resource: Resource, current: Obj, grace_period: int | None) -> Obj | None:
+        """The object marked for deletion, or None when it should go away now."""
+        metadata = current["metadata"]
+        finalizers = metadata.get("finalizers") or []
+        graceful = resource.kind == "Pod" and current.get("spec", {}).get("nodeName") \
+            and (current.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        if graceful:
+            default = current.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+            grace = default if grace_period is None else int(grace_period)
+            if metadata.get("deletionGracePeriodSeconds") is not None:
+                grace = min(grace, int(metadata["deletionGracePeriodSeconds"]))
+        else:
+            grace = 0
+        if grace == 0 and not finalizers:
+            return None
+        marked = copy.deepcopy(current)
+        deadline = datetime.now(UTC) + timedelta(seconds=grace)
+        if not metadata.get("deletionTimestamp") or grace < int(metadata.get("deletionGracePeriodSeconds") or 0):
+            marked["metadata"]["deletionTimestamp"] = now_rfc3339(deadline)
+        marked["metadata"]["deletionGracePeriodSeconds"] = grace
+        return marked
+
+    async def _empty_namespace(self, namespace: str) -> None:
+        """Deleting a namespace deletes everything in it first."""
+        for resource in RESOURCES:
+            if not resource.namespaced:
+                continue
+            items, _revision = await self.storage.list(resource.storage_prefix(namespace))
+            for item in items:
+                await self.storage.delete(resource.storage_key(namespace, item["metadata"]["name"]),
+                                          int(item["metadata"]["resourceVersion"]))
+
+    async def delete_collection(self, resource: Resource, namespace: str | None, label_selector: str | None,
+                                field_selector: str | None, options: Obj, dry_run: bool = False) -> list[Obj]:
+        items, _revision = await self.list(resource, namespace, label_selector, field_selector)
+        deleted = []
+        for item in items:
+            try:
+                deleted.append(await self.delete(resource, item["metadata"].get("namespace"),
+                                                 item["metadata"]["name"], options, dry_run))
+            except errors.NotFound:
+                continue
+        return deleted
+
+    # --- subresources ------------------------------------------------------------------------------
+
+    async def bind(self, namespace: str, name: str, binding: Obj) -> None:
+        """``pods/<name>/binding``: set the node once, as the scheduler does."""
+        target = binding.get("target") if isinstance(binding, dict) else None
+        if not isinstance(target, dict) or not target.get("name"):
+            raise errors.Invalid.for_object("Binding", name, [{
+                "reason": "FieldValueRequired", "field": "target.name", "message": "Required value"}])
+        if target.get("kind", "Node") != "Node":
+            raise errors.Invalid.for_object("Binding", name, [{
+                "reason": "FieldValueNotSupported", "field": "target.kind",
+                "message": f"Unsupported value: {target.get('kind')!r}: supported values: \"Node\""}])
+        for _attempt in range(MAX_CONFLICT_RETRIES):
+            current = await self._current(PODS, namespace, name)
+            if current["metadata"].get("deletionTimestamp"):
+                raise errors.Conflict(f"pod {name} is being deleted, cannot be assigned to a host")
+            assigned = current.get("spec", {}).get("nodeName")
+            if assigned:
+                raise errors.Conflict(f"pod {name} is already assigned to node \"{assigned}\"")
+            bound = copy.deepcopy(current)
+            bound["spec"]["nodeName"] = target["name"]
+            status = bound.setdefault("status", {})
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()})
+            status["conditions"] = conditions
+            try:
+                await self._write(PODS, current, bound, dry_run=False, field_manager=None)
+                return
+            except errors.Conflict:
+                continue
+        raise errors.conflict("pods", name)
+
+    async def get_scale(self, resource: Resource, namespace: str, name: str) -> Obj:
+        return scale_of(resource, await self._current(resource, namespace, name))
+
+    async def update_scale(self, resource: Resource, namespace: str, name: str, verb: str, patch_type: str | None,
+                           body: Any) -> Obj:
+        """PUT or PATCH ``<workload>/scale``: only ``spec.replicas`` moves, under compare-and-swap."""
+        for _attempt in range(MAX_CONFLICT_RETRIES):
+            current = await self._current(resource, namespace, name)
+            scale = scale_of(resource, current)
+            if verb == "PATCH":
+                desired = self._apply_patch(SCALE_VIEW, scale, patch_type or "merge", body, "scale", True)
+            else:
+                desired = body
+            if not isinstance(desired, dict):
+                raise errors.BadRequest("the scale body must be an object")
+            pinned = (desired.get("metadata") or {}).get("resourceVersion")
+            if pinned and pinned != current["metadata"]["resourceVersion"]:
+                raise errors.conflict(resource.plural, name, resource.group)
+            replicas = (desired.get("spec") or {}).get("replicas")
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise errors.Invalid.for_object("Scale", name, [{
+                    "reason": "FieldValueInvalid", "field": "spec.replicas",
+                    "message": f"Invalid value: {replicas!r}: must be greater than or equal to 0"}], "autoscaling")
+            updated = copy.deepcopy(current)
+            updated["spec"]["replicas"] = replicas
+            try:
+                obj, _warnings = await self._write(resource, current, self._merge_update(resource, current, updated,
+                                                                                         None), False, None)
+            except errors.Conflict:
+                if pinned:
+                    raise
+                continue
+            return scale_of(resource, obj)
+        raise errors.conflict(resource.plural, name, resource.group)
+
+
+def _row(plural: str) -> Resource:
+    return next(resource for resource in RESOURCES if resource.plural == plural)
+
+
+NAMESPACES = _row("namespaces")
+PODS = _row("pods")
+SCALE_VIEW = Resource("Scale", "scale", PODS.model, group="autoscaling", has_status=False)
+
+
+def object_name(obj: Obj) -> str:
+    metadata = obj.get("metadata", {})
+    return f"{metadata['namespace']}/{metadata.get('name')}" if metadata.get("namespace") else str(metadata.get("name"))
+
+
+def parse_selectors(label_selector: str | None,
+                    field_selector: str | None) -> tuple[LabelSelectorQuery, FieldSelectorQuery]:
+    try:
+        return LabelSelectorQuery.parse(label_selector), FieldSelectorQuery.parse(field_selector)
+    except SelectorError as error:
+        raise errors.BadRequest(str(error)) from None
+
+
+def scale_of(resource: Resource, obj: Obj) -> Obj:
+    """The ``autoscaling/v1`` Scale view of a ReplicaSet or Deployment."""
+    metadata = obj["metadata"]
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {key: metadata[key] for key in ("name", "namespace", "uid", "resourceVersion",
+                                                     "creationTimestamp") if key in metadata},
+        "spec": {"replicas": obj.get("spec", {}).get("replicas", 0)},
+        "status": {
+            "replicas": (obj.get("status") or {}).get("replicas", 0),
+            "selector": str(LabelSelectorQuery.from_label_selector(obj.get("spec", {}).get("selector"))),
+        },
+    }
+
+
+def check_pod_update(current: Obj, desired: Obj) -> None:
+    """Pods are immutable but for images, activeDeadlineSeconds and added tolerations, as in Kubernetes."""
+    def comparable(pod: Obj) -> Obj:
+        spec = copy.deepcopy(pod.get("spec") or {})
+        for field in ("containers", "initContainers"):
+            for container in spec.get(field) or []:
+                container.pop("image", None)
+        spec.pop("activeDeadlineSeconds", None)
+        spec.pop("tolerations", None)
+        return spec
+
+    if comparable(current) != comparable(desired):
+        name = current["metadata"]["name"]
+        raise errors.Invalid.for_object("Pod", name, [{
+            "reason": "FieldValueForbidden", "field": "spec",
+            "message": "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+                       "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds` or `spec.tolerations` "
+                       "(only additions to existing tolerations)",
+        }])

@@ -1,0 +1,178 @@
+"""etcd storage: objects as JSON under ``/registry/...``, resourceVersion = etcd mod_revision.
+
+Every write is a transaction that compares the key's revision, so a stale
+writer gets a Conflict instead of overwriting; nothing here caches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+import aetcd
+import aetcd.exceptions
+import grpc
+from aetcd import rpc
+
+from daemons.api.errors import Gone, ServiceUnavailable
+
+log = logging.getLogger(__name__)
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One change to one key, as the watch hands it on."""
+
+    type: EventType
+    key: str
+    object: dict[str, Any]
+    previous: dict[str, Any] | None
+    revision: int
+
+
+def decode(value: bytes, revision: int) -> dict[str, Any]:
+    obj = json.loads(value)
+    obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
+    return obj
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """The stored form: resourceVersion is never stored, it is the key's revision."""
+    metadata = {key: value for key, value in obj.get("metadata", {}).items() if key != "resourceVersion"}
+    return json.dumps({**obj, "metadata": metadata}, separators=(",", ":")).encode()
+
+
+class Storage:
+    """The apiserver's only way to etcd."""
+
+    def __init__(self, endpoints: str, timeout: float = 10.0) -> None:
+        first = endpoints.split(",")[0].strip()
+        parsed = urlparse(first if "://" in first else f"http://{first}")
+        self.endpoint = first
+        self._client = aetcd.Client(host=parsed.hostname or "127.0.0.1", port=parsed.port or 2379,
+                                    timeout=timeout)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def _call(self, method: str, request: Any) -> Any:
+        """One KV RPC, with every transport failure turned into 503 for the caller."""
+        try:
+            await self._client.connect()
+            return await getattr(self._client.kvstub, method)(
+                request, timeout=self._client._timeout, metadata=self._client.metadata
+            )
+        except (grpc.aio.AioRpcError, aetcd.exceptions.ClientError, OSError) as error:
+            log.warning("etcd %s failed: %s", method, error)
+            raise ServiceUnavailable(f"storage is unavailable: {error}") from None
+
+    async def revision(self) -> int:
+        response = await self._call("Range", rpc.RangeRequest(key=b"\0", count_only=True, limit=1))
+        return response.header.revision
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        response = await self._call("Range", rpc.RangeRequest(key=key.encode()))
+        if not response.kvs:
+            return None
+        kv = response.kvs[0]
+        return decode(kv.value, kv.mod_revision)
+
+    async def get_raw(self, key: str) -> bytes | None:
+        response = await self._call("Range", rpc.RangeRequest(key=key.encode()))
+        return response.kvs[0].value if response.kvs else None
+
+    async def list(self, prefix: str) -> tuple[list[dict[str, Any]], int]:
+        """Every object under ``prefix`` and the store revision they were read at."""
+        key = prefix.encode()
+        response = await self._call("Range", rpc.RangeRequest(key=key, range_end=_prefix_end(key)))
+        return [decode(kv.value, kv.mod_revision) for kv in response.kvs], response.header.revision
+
+    async def _txn(self, compare: list[Any], success: list[Any]) -> tuple[bool, int]:
+        request = rpc.TxnRequest(
+            compare=[item.build_message() for item in compare],
+            success=self._client._ops_to_requests(success),
+            failure=[],
+        )
+        response = await self._call("Txn", request)
+        return response.succeeded, response.header.revision
+
+    async def create(self, key: str, obj: dict[str, Any]) -> int | None:
+        """Store a new key; the revision written, or None if the key exists."""
+        txn = self._client.transactions
+        ok, revision = await self._txn([txn.create(key.encode()) == 0], [txn.put(key.encode(), encode(obj))])
+        return revision if ok else None
+
+    async def update(self, key: str, obj: dict[str, Any], expected_revision: int) -> int | None:
+        """Replace a key only if it is still at ``expected_revision``; None on a lost race."""
+        txn = self._client.transactions
+        ok, revision = await self._txn(
+            [txn.mod(key.encode()) == expected_revision], [txn.put(key.encode(), encode(obj))]
+        )
+        return revision if ok else None
+
+    async def delete(self, key: str, expected_revision: int) -> int | None:
+        txn = self._client.transactions
+        ok, revision = await self._txn([txn.mod(key.encode()) == expected_revision], [txn.delete(key.encode())])
+        return revision if ok else None
+
+    async def put_raw(self, key: str, value: bytes) -> None:
+        await self._call("Put", rpc.PutRequest(key=key.encode(), value=value))
+
+    async def compact(self, revision: int) -> None:
+        await self._call("Compact", rpc.CompactionRequest(revision=revision, physical=True))
+
+    async def watch(self, prefix: str, start_revision: int) -> AsyncIterator[StoredEvent]:
+        """Every change under ``prefix`` from ``start_revision`` on.
+
+        The etcd watch is created before this returns, so a compacted revision
+        raises ``Gone`` here rather than in the middle of a stream.
+        """
+        try:
+            await self._client.connect()
+            key = prefix.encode()
+            watch = await self._client.watch(key, range_end=_prefix_end(key), start_revision=start_revision,
+                                             prev_kv=True)
+        except aetcd.exceptions.RevisionCompactedError as error:
+            raise Gone(f"too old resource version: {start_revision - 1} ({error.compacted_revision})") from None
+        except (grpc.aio.AioRpcError, aetcd.exceptions.ClientError, OSError) as error:
+            raise ServiceUnavailable(f"storage is unavailable: {error}") from None
+        return _events(watch, start_revision)
+
+
+async def _events(watch: aetcd.rtypes.Watch, start_revision: int) -> AsyncIterator[StoredEvent]:
+    try:
+        async for event in watch:
+            yield _stored_event(event)
+    except aetcd.exceptions.RevisionCompactedError as error:
+        raise Gone(f"too old resource version: {start_revision - 1} ({error.compacted_revision})") from None
+    except (grpc.aio.AioRpcError, aetcd.exceptions.ClientError) as error:
+        raise ServiceUnavailable(f"storage watch ended: {error}") from None
+    finally:
+        try:
+            await watch.cancel()
+        except Exception as error:  # the stream is gone either way
+            log.debug("cancelling an etcd watch failed: %s", error)
+
+
+def _stored_event(event: aetcd.rtypes.Event) -> StoredEvent:
+    kv = event.kv
+    key = kv.key.decode()
+    previous = decode(event.prev_kv.value, event.prev_kv.mod_revision) if event.prev_kv else None
+    if event.kind == aetcd.rtypes.EventKind.DELETE:
+        if previous is None:
+            obj: dict[str, Any] = {"metadata": {"resourceVersion": str(kv.mod_revision)}}
+        else:
+            obj = {**previous, "metadata": {**previous["metadata"], "resourceVersion": str(kv.mod_revision)}}
+        return StoredEvent("DELETED", key, obj, previous, kv.mod_revision)
+    kind: EventType = "ADDED" if kv.create_revision == kv.mod_revision else "MODIFIED"
+    return StoredEvent(kind, key, decode(kv.value, kv.mod_revision), previous, kv.mod_revision)
+
+
+def _prefix_end(key: bytes) -> bytes:
+    return aetcd.utils.prefix_range_end(key)

@@ -1,0 +1,101 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from daemons.apiserver import tables
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
+
+
+def created(seconds_ago: int) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(5, "5s"), (119, "119s"), (125, "2m5s"), (600, "10m"), (3 * 3600 + 120, "3h2m"), (9 * 3600, "9h"),
+     (3 * 86400 + 4 * 3600, "3d4h"), (20 * 86400, "20d"), (800 * 86400, "2y70d")],
+)
+def test_human_duration_matches_kubectl(seconds, text):
+    assert tables.human_duration(seconds) == text
+
+
+def running_pod(**status):
+    return {
+        "metadata": {"name": "web", "namespace": "default", "creationTimestamp": created(90)},
+        "spec": {"nodeName": "node1", "containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]},
+        "status": {"phase": "Running", "podIP": "10.244.1.5", **status},
+    }
+
+
+def test_pod_row_has_upstream_columns_and_wide_ones_by_priority():
+    pod = running_pod(containerStatuses=[
+        {"name": "a", "ready": True, "restartCount": 2, "state": {"running": {}},
+         "lastState": {"terminated": {"finishedAt": created(30)}}},
+        {"name": "b", "ready": False, "restartCount": 0, "state": {"running": {}}},
+    ])
+    table = tables.table("Pod", [pod], "7", now=NOW)
+    names = [(column["name"], column["priority"]) for column in table["columnDefinitions"]]
+    assert names[:5] == [("Name", 0), ("Ready", 0), ("Status", 0), ("Restarts", 0), ("Age", 0)]
+    assert ("IP", 1) in names and ("Node", 1) in names
+    assert table["rows"][0]["cells"][:7] == ["web", "1/2", "Running", "2 (30s ago)", "90s", "10.244.1.5", "node1"]
+    assert table["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
+
+
+@pytest.mark.parametrize(
+    ("statuses", "deleting", "expected"),
+    [
+        ([{"name": "a", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}], False, "CrashLoopBackOff"),
+        ([{"name": "a", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}}], False, "Completed"),
+        ([{"name": "a", "state": {"terminated": {"exitCode": 3}}}], False, "ExitCode:3"),
+        ([{"name": "a", "ready": True, "state": {"running": {}}}], True, "Terminating"),
+    ],
+)
+def test_pod_status_column(statuses, deleting, expected):
+    pod = running_pod(containerStatuses=statuses)
+    if deleting:
+        pod["metadata"]["deletionTimestamp"] = created(0)
+    assert tables.pod_status_reason(pod) == expected
+
+
+def test_node_row_shows_readiness_cordon_and_roles():
+    node = {
+        "metadata": {"name": "n1", "creationTimestamp": created(3600),
+                     "labels": {"node-role.kubernetes.io/control-plane": ""}},
+        "spec": {"unschedulable": True},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": {"kubeletVersion": "v1.30.0"},
+                   "addresses": [{"type": "InternalIP", "address": "192.0.2.10"}]},
+    }
+    cells = tables.table("Node", [node], "1", now=NOW)["rows"][0]["cells"]
+    assert cells[:6] == ["n1", "Ready,SchedulingDisabled", "control-plane", "60m", "v1.30.0", "192.0.2.10"]
+
+
+def test_service_and_endpoints_cells():
+    service = {"metadata": {"name": "web", "creationTimestamp": created(10)},
+               "spec": {"type": "NodePort", "clusterIP": "10.96.0.10",
+                        "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}], "selector": {"app": "web"}}}
+    assert tables.table("Service", [service], "1", now=NOW)["rows"][0]["cells"] == [
+        "web", "NodePort", "10.96.0.10", "<none>", "80:30080/TCP", "10s", "app=web"]
+    endpoints = {"metadata": {"name": "web"}, "subsets": [
+        {"addresses": [{"ip": f"10.244.0.{i}"} for i in range(1, 6)], "ports": [{"port": 8080}]}]}
+    assert tables.endpoints_text(endpoints) == "10.244.0.1:8080,10.244.0.2:8080,10.244.0.3:8080 + 2 more..."
+
+
+def test_deployment_and_replicaset_rows():
+    template = {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+    spec = {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": template}
+    meta = {"name": "web", "creationTimestamp": created(30)}
+    deployment = {"metadata": meta, "spec": spec, "status": {"readyReplicas": 2, "updatedReplicas": 3,
+                                                            "availableReplicas": 2}}
+    assert tables.table("Deployment", [deployment], "1", now=NOW)["rows"][0]["cells"] == [
+        "web", "2/3", 3, 2, "30s", "web", "nginx", "app=web"]
+    replicaset = {"metadata": meta, "spec": spec, "status": {"replicas": 3, "readyReplicas": 1}}
+    assert tables.table("ReplicaSet", [replicaset], "1", now=NOW)["rows"][0]["cells"][:5] == ["web", 3, 3, 1, "30s"]
+
+
+def test_unknown_kind_gets_name_and_age():
+    table = tables.table("Widget", [{"metadata": {"name": "w", "creationTimestamp": created(1)}}], "1", now=NOW,
+                         include_object="None")
+    assert table["rows"] == [{"cells": ["w", "1s"]}]

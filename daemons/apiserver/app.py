@@ -18,10 +18,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_
 
 from daemons.api import errors
 from daemons.api.resources import Resource, find
-from daemons.apiserver import discovery, tables
+from daemons.apiserver import discovery, openapi, tables
 from daemons.apiserver.auth import Authenticator, load_token_file
 from daemons.apiserver.publisher import EventPublisher
-from daemons.apiserver.registry import NAMESPACES, Registry
+from daemons.apiserver.registry import NAMESPACES, Registry, WriteOptions
 from daemons.apiserver.settings import ApiServerSettings
 from daemons.apiserver.storage import Storage
 from daemons.apiserver.watch import object_events
@@ -197,6 +197,19 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get("/openapi/v3")
+    async def openapi_root() -> JSONResponse:
+        return JSONResponse(openapi.root())
+
+    @app.get("/openapi/v3/{path:path}")
+    async def openapi_group_version(path: str) -> JSONResponse:
+        segments = path.split("/")
+        if segments[:1] == ["api"] and len(segments) == 2:
+            return discovered(openapi.document("", segments[1]))
+        if segments[:1] == ["apis"] and len(segments) == 3:
+            return discovered(openapi.document(segments[1], segments[2]))
+        raise errors.NotFound("the server could not find the requested resource")
+
     @app.get("/api")
     async def core_versions(request: Request) -> JSONResponse:
         return JSONResponse(discovery.core_versions(request.url.netloc))
@@ -281,8 +294,10 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "").lower() in ("1", "true")
 
 
-def _dry_run(request: Request) -> bool:
-    return request.query_params.get("dryRun") == "All"
+def write_options(request: Request) -> WriteOptions:
+    params = request.query_params
+    return WriteOptions(dry_run=params.get("dryRun") == "All", field_manager=params.get("fieldManager"),
+                        strict=params.get("fieldValidation") == "Strict", force=_flag(request, "force"))
 
 
 async def _body(request: Request) -> Any:
@@ -341,8 +356,8 @@ async def get_scale(registry: Registry, _request: Request, target: Target) -> Re
 
 
 async def create(registry: Registry, request: Request, target: Target) -> Response:
-    obj, warnings = await registry.create(target.resource, target.namespace, await _body(request), _dry_run(request),
-                                          request.query_params.get("fieldManager"))
+    obj, warnings = await registry.create(target.resource, target.namespace, await _body(request),
+                                          write_options(request))
     return json_response(obj, 201, warnings)
 
 
@@ -355,8 +370,7 @@ async def bind(registry: Registry, request: Request, target: Target) -> Response
 async def update(registry: Registry, request: Request, target: Target) -> Response:
     assert target.name is not None
     obj, warnings = await registry.update(target.resource, target.namespace, target.name, await _body(request),
-                                          target.subresource, _dry_run(request),
-                                          request.query_params.get("fieldManager"))
+                                          target.subresource, write_options(request))
     return json_response(obj, 200, warnings)
 
 
@@ -369,7 +383,7 @@ async def patch(registry: Registry, request: Request, target: Target) -> Respons
                                           f"include: {', '.join(PATCH_TYPES)}")
     obj, warnings, created = await registry.patch(
         target.resource, target.namespace, target.name, patch_type, await _body(request), target.subresource,
-        _dry_run(request), request.query_params.get("fieldManager"), _flag(request, "force"))
+        write_options(request))
     return json_response(obj, 201 if created else 200, warnings)
 
 
@@ -404,7 +418,7 @@ async def _delete_options(request: Request) -> Obj:
 async def delete(registry: Registry, request: Request, target: Target) -> Response:
     assert target.name is not None
     obj = await registry.delete(target.resource, target.namespace, target.name, await _delete_options(request),
-                                _dry_run(request))
+                                write_options(request).dry_run)
     pending = bool(obj["metadata"].get("deletionTimestamp"))
     return JSONResponse(obj, status_code=202 if pending else 200)
 
@@ -413,7 +427,7 @@ async def delete_collection(registry: Registry, request: Request, target: Target
     params = request.query_params
     deleted = await registry.delete_collection(target.resource, target.namespace, params.get("labelSelector"),
                                                params.get("fieldSelector"), await _delete_options(request),
-                                               _dry_run(request))
+                                               write_options(request).dry_run)
     return JSONResponse(list_body(target.resource, deleted, 0) | {"metadata": {}})
 
 

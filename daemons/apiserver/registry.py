@@ -11,6 +11,7 @@ import copy
 import logging
 import secrets
 import uuid
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,6 +44,19 @@ BUILTIN_GROUPS = ("", "apps", "autoscaling")
 
 def now_rfc3339(moment: datetime | None = None) -> str:
     return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """The query parameters every write takes: ``dryRun``, ``fieldManager``, ``fieldValidation``, ``force``."""
+
+    dry_run: bool = False
+    field_manager: str | None = None
+    strict: bool = False
+    force: bool = False
+
+
+DEFAULT_WRITE = WriteOptions()
 
 
 class Registry:
@@ -125,8 +139,8 @@ class Registry:
 
     # --- writes ------------------------------------------------------------------------------------
 
-    async def create(self, resource: Resource, namespace: str | None, body: Obj, dry_run: bool = False,
-                     field_manager: str | None = None) -> tuple[Obj, list[str]]:
+    async def create(self, resource: Resource, namespace: str | None, body: Obj,
+                     options: WriteOptions = DEFAULT_WRITE) -> tuple[Obj, list[str]]:
         self._check_identity(resource, body, namespace, None)
         obj = self._normalize(resource, body, namespace)
         metadata = obj["metadata"]
@@ -142,11 +156,11 @@ class Registry:
                 obj.pop("status", None)
                 if resource.kind in INITIAL_STATUS:
                     obj["status"] = copy.deepcopy(INITIAL_STATUS[resource.kind])
-        obj, warnings = validate(resource, obj)
+        obj, warnings = validate(resource, obj, options.strict)
         await self._require_namespace(resource, namespace, creating=True)
-        if field_manager:
-            obj = patches.record_update(None, obj, field_manager, now_rfc3339())
-        if dry_run:
+        if options.field_manager:
+            obj = patches.record_update(None, obj, options.field_manager, now_rfc3339())
+        if options.dry_run:
             return obj, warnings
         key = resource.storage_key(namespace, metadata["name"])
         revision = await self.storage.create(key, obj)
@@ -181,8 +195,7 @@ class Registry:
         return merged
 
     async def update(self, resource: Resource, namespace: str | None, name: str, body: Obj,
-                     subresource: str | None = None, dry_run: bool = False,
-                     field_manager: str | None = None) -> tuple[Obj, list[str]]:
+                     subresource: str | None = None, options: WriteOptions = DEFAULT_WRITE) -> tuple[Obj, list[str]]:
         """PUT: replace the object (or its status), compare-and-swap on the resourceVersion given."""
         self._check_identity(resource, body, namespace, name)
         desired = self._normalize(resource, body, namespace)
@@ -192,18 +205,18 @@ class Registry:
         if wanted_version and wanted_version != current["metadata"]["resourceVersion"]:
             raise errors.conflict(resource.plural, name, resource.group)
         return await self._write(resource, current, self._merge_update(resource, current, desired, subresource),
-                                 dry_run, field_manager)
+                                 options)
 
-    async def _write(self, resource: Resource, current: Obj, desired: Obj, dry_run: bool,
-                     field_manager: str | None) -> tuple[Obj, list[str]]:
+    async def _write(self, resource: Resource, current: Obj, desired: Obj,
+                     options: WriteOptions) -> tuple[Obj, list[str]]:
         """Validate and store ``desired`` over ``current``; no write at all when nothing changed."""
-        obj, warnings = validate(resource, desired)
+        obj, warnings = validate(resource, desired, options.strict)
         obj["metadata"].pop("resourceVersion", None)
         revision = int(current["metadata"]["resourceVersion"])
-        if field_manager:
-            obj = patches.record_update(current, obj, field_manager, now_rfc3339())
+        if options.field_manager:
+            obj = patches.record_update(current, obj, options.field_manager, now_rfc3339())
         unchanged = {**current, "metadata": {k: v for k, v in current["metadata"].items() if k != "resourceVersion"}}
-        if obj == unchanged or dry_run:
+        if obj == unchanged or options.dry_run:
             obj["metadata"]["resourceVersion"] = str(revision)
             return (current if obj == unchanged else obj), warnings
         if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers") \
@@ -219,8 +232,8 @@ class Registry:
         return obj, warnings
 
     async def patch(self, resource: Resource, namespace: str | None, name: str, patch_type: str, body: Any,
-                    subresource: str | None = None, dry_run: bool = False, field_manager: str | None = None,
-                    force: bool = False) -> tuple[Obj, list[str], bool]:
+                    subresource: str | None = None,
+                    options: WriteOptions = DEFAULT_WRITE) -> tuple[Obj, list[str], bool]:
         """Apply a patch, retrying lost races unless the patch pins a resourceVersion; True if created."""
         for _attempt in range(MAX_CONFLICT_RETRIES):
             try:
@@ -231,14 +244,16 @@ class Registry:
                 if not isinstance(body, dict):
                     raise errors.BadRequest("an apply patch must be an object") from None
                 self._check_identity(resource, body, namespace, name)
-                applied = patches.server_side_apply(None, body, field_manager or "unknown", force, now_rfc3339())
+                applied = patches.server_side_apply(None, body, options.field_manager or "unknown", options.force,
+                                                    now_rfc3339())
                 applied.setdefault("metadata", {})["name"] = name
                 try:
-                    obj, warnings = await self.create(resource, namespace, applied, dry_run)
+                    obj, warnings = await self.create(resource, namespace, applied,
+                                                      replace(options, field_manager=None))
                 except errors.AlreadyExists:
                     continue
                 return obj, warnings, True
-            patched = self._apply_patch(resource, current, patch_type, body, field_manager, force)
+            patched = self._apply_patch(resource, current, patch_type, body, options.field_manager, options.force)
             self._check_identity(resource, patched, namespace, name)
             patched = self._normalize(resource, patched, namespace)
             pinned = patched["metadata"].get("resourceVersion")
@@ -246,8 +261,9 @@ class Registry:
                 raise errors.conflict(resource.plural, name, resource.group)
             desired = self._merge_update(resource, current, patched, subresource)
             try:
-                obj, warnings = await self._write(resource, current, desired, dry_run,
-                                                  None if patch_type == "apply" else field_manager)
+                obj, warnings = await self._write(
+                    resource, current, desired,
+                    replace(options, field_manager=None) if patch_type == "apply" else options)
             except errors.Conflict:
                 if pinned:
                     raise
@@ -405,7 +421,7 @@ class Registry:
             conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()})
             status["conditions"] = conditions
             try:
-                await self._write(PODS, current, bound, dry_run=False, field_manager=None)
+                await self._write(PODS, current, bound, DEFAULT_WRITE)
                 return
             except errors.Conflict:
                 continue
@@ -437,8 +453,8 @@ class Registry:
             updated = copy.deepcopy(current)
             updated["spec"]["replicas"] = replicas
             try:
-                obj, _warnings = await self._write(resource, current, self._merge_update(resource, current, updated,
-                                                                                         None), False, None)
+                obj, _warnings = await self._write(resource, current,
+                                                   self._merge_update(resource, current, updated, None), DEFAULT_WRITE)
             except errors.Conflict:
                 if pinned:
                     raise

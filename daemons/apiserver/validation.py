@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from daemons.api import models
-from daemons.api.errors import Invalid
+from daemons.api.errors import BadRequest, Invalid
 from daemons.api.resources import Resource
 
 NAME_CHECKS = {
@@ -70,8 +70,11 @@ def unknown_fields(model: BaseModel, path: str = "") -> list[str]:
     return found
 
 
-def validate(resource: Resource, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The defaulted wire form of ``obj`` and its unknown fields; ``Invalid`` lists every bad field."""
+def validate(resource: Resource, obj: dict[str, Any], strict: bool = False) -> tuple[dict[str, Any], list[str]]:
+    """The defaulted wire form of ``obj`` and its unknown fields; ``Invalid`` lists every bad field.
+
+    With ``strict`` (``fieldValidation=Strict``) an unknown field is an error rather than a warning.
+    """
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     name = metadata.get("name")
     causes: list[dict[str, str]] = []
@@ -91,4 +94,7 @@ def validate(resource: Resource, obj: dict[str, Any]) -> tuple[dict[str, Any], l
         raise Invalid.for_object(resource.kind, name, causes, resource.group) from None
     if causes:
         raise Invalid.for_object(resource.kind, name, causes, resource.group)
-    return model.wire(), unknown_fields(model)
+    unknown = unknown_fields(model)
+    if strict and unknown:
+        raise BadRequest("strict decoding error: " + ", ".join(f'unknown field "{field}"' for field in unknown))
+    return model.wire(), unknown

@@ -197,6 +197,10 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get("/openapi/v2")
+    async def openapi_v2() -> Response:
+        return Response(openapi.document_v2_protobuf(), media_type=openapi.V2_MEDIA_TYPE)
+
     @app.get("/openapi/v3")
     async def openapi_root() -> JSONResponse:
         return JSONResponse(openapi.root())

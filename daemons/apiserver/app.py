@@ -339,6 +339,10 @@ async def watch_response(registry: Registry, request: Request, target: Target) -
             return
         except errors.APIError as error:
             yield json.dumps({"type": "ERROR", "object": error.to_status()}).encode() + b"\n"
+        except Exception:
+            log.exception("watch of %s ended by an unexpected error", target.resource.plural)
+            yield json.dumps({"type": "ERROR", "object": errors.ServerError(
+                "the watch ended unexpectedly").to_status()}).encode() + b"\n"
         finally:
             await events.aclose()
 

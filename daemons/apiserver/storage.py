@@ -127,12 +127,28 @@ class Storage:
     async def compact(self, revision: int) -> None:
         await self._call("Compact", rpc.CompactionRequest(revision=revision, physical=True))
 
+    async def _require_history(self, prefix: str, revision: int) -> None:
+        """``Gone`` unless etcd still holds the history after ``revision`` (a Range at it succeeds)."""
+        if revision <= 0:
+            return
+        key = prefix.encode()
+        request = rpc.RangeRequest(key=key, range_end=_prefix_end(key), revision=revision, count_only=True)
+        try:
+            await self._client.connect()
+            await self._client.kvstub.Range(request, timeout=self._client._timeout, metadata=self._client.metadata)
+        except grpc.aio.AioRpcError as error:
+            if "compacted" in (error.details() or ""):
+                raise Gone(f"too old resource version: {revision}") from None
+            if "future revision" not in (error.details() or ""):
+                raise ServiceUnavailable(f"storage is unavailable: {error.details()}") from None
+
     async def watch(self, prefix: str, start_revision: int) -> AsyncIterator[StoredEvent]:
         """Every change under ``prefix`` from ``start_revision`` on.
 
         The etcd watch is created before this returns, so a compacted revision
         raises ``Gone`` here rather than in the middle of a stream.
         """
+        await self._require_history(prefix, start_revision - 1)
         try:
             await self._client.connect()
             key = prefix.encode()
@@ -163,7 +179,9 @@ async def _events(watch: aetcd.rtypes.Watch, start_revision: int) -> AsyncIterat
 def _stored_event(event: aetcd.rtypes.Event) -> StoredEvent:
     kv = event.kv
     key = kv.key.decode()
-    previous = decode(event.prev_kv.value, event.prev_kv.mod_revision) if event.prev_kv else None
+    # Without a previous value etcd sends an empty KeyValue rather than none.
+    has_previous = event.prev_kv is not None and event.prev_kv.key
+    previous = decode(event.prev_kv.value, event.prev_kv.mod_revision) if has_previous else None
     if event.kind == aetcd.rtypes.EventKind.DELETE:
         if previous is None:
             obj: dict[str, Any] = {"metadata": {"resourceVersion": str(kv.mod_revision)}}

@@ -9,6 +9,7 @@ does through a Kubernetes apiserver's unstructured paths.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -21,31 +22,24 @@ QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
-def check_dns1123_label(value: str) -> str:
-    if len(value) > 63 or not DNS1123_LABEL.match(value):
-        raise ValueError(
-            f"a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-            f"and must start and end with an alphanumeric character (got {value!r})"
-        )
-    return value
+def _name_check(pattern: re.Pattern[str], max_length: int, rule: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if len(value) > max_length or not pattern.match(value):
+            raise ValueError(f"{rule} (got {value!r})")
+        return value
+
+    return check
 
 
-def check_dns1123_subdomain(value: str) -> str:
-    if len(value) > 253 or not DNS1123_SUBDOMAIN.match(value):
-        raise ValueError(
-            f"a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-            f"'.', and must start and end with an alphanumeric character (got {value!r})"
-        )
-    return value
-
-
-def check_dns1035_label(value: str) -> str:
-    if len(value) > 63 or not DNS1035_LABEL.match(value):
-        raise ValueError(
-            f"a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-            f"alphabetic character, and end with an alphanumeric character (got {value!r})"
-        )
-    return value
+check_dns1123_label = _name_check(
+    DNS1123_LABEL, 63, "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character")
+check_dns1123_subdomain = _name_check(
+    DNS1123_SUBDOMAIN, 253, "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+    "'-' or '.', and must start and end with an alphanumeric character")
+check_dns1035_label = _name_check(
+    DNS1035_LABEL, 63, "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+    "alphabetic character, and end with an alphanumeric character")
 
 
 def check_label_key(key: str) -> str:

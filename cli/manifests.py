@@ -30,7 +30,6 @@ class ManifestError(CLIError):
 @dataclass
 class Manifest:
     where: str  # "app.yaml: document 2", for messages
-    source: str
     body: dict[str, Any]
     resource: Resource
 
@@ -145,4 +144,4 @@ def _check(source: str, where: str, document: Any) -> Manifest:
             f'"{document["apiVersion"]}"'
         )
     document["metadata"] = metadata
-    return Manifest(where=where, source=source, body=document, resource=resource)
+    return Manifest(where=where, body=document, resource=resource)

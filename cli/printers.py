@@ -67,14 +67,14 @@ def human_duration(seconds: float) -> str:
     return f"{hours // 24 // 365}y"
 
 
-def age(timestamp: str | None, now: datetime | None = None) -> str:
+def age(timestamp: str | None, now: datetime) -> str:
     """How long ago an RFC 3339 timestamp was, or ``<unknown>`` without one."""
     if not timestamp:
         return "<unknown>"
     then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     if then.tzinfo is None:
         then = then.replace(tzinfo=UTC)
-    return human_duration(((now or datetime.now(UTC)) - then).total_seconds())
+    return human_duration((now - then).total_seconds())
 
 
 def cell_text(value: Any) -> str:

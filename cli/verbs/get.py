@@ -48,7 +48,7 @@ def get(
                 obj.get("metadata", {}).pop("managedFields", None)
         if output == "name":
             _print_lines([object_ref(row, obj["metadata"]["name"]) for row, obj in objects], session, groups)
-        elif len(objects) == 1 and named:
+        elif len(groups) == 1 and len(groups[0][1]) == 1 and objects:
             print(dump(objects[0][1], output))
         else:
             print(dump(as_list([obj for _, obj in objects]), output))

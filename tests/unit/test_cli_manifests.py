@@ -48,8 +48,8 @@ def test_stdin_and_json_streams_and_lists():
              '{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Namespace", '
              '"metadata": {"name": "two"}}]}')
     manifests = load(["-"], io.StringIO(stdin), "create")
-    assert [(m.source, m.name) for m in manifests] == [("STDIN", "one"), ("STDIN", "two")]
-    assert manifests[1].where == "STDIN: document 2: items[0]"
+    assert [(m.where, m.name) for m in manifests] == [("STDIN: document 1", "one"),
+                                                      ("STDIN: document 2: items[0]", "two")]
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The whole test suite: on a fresh Debian 12 machine (as root) it first installs what the tests start
+# (etcd, RabbitMQ, openssl) and the project's virtual environment, then runs ruff and pytest.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m unit`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PACKAGES=(etcd-server rabbitmq-server openssl python3-venv python3-pip)
+
+# Run a command silently; show everything it printed only if it fails.
+quiet() {
+    local log status=0
+    log=$(mktemp)
+    "$@" >"$log" 2>&1 || status=$?
+    if ((status != 0)); then
+        echo "error: '$*' failed with status $status:" >&2
+        cat "$log" >&2
+    fi
+    rm -f "$log"
+    return "$status"
+}
+
+install_packages() {
+    local missing=() package
+    for package in "${PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}\n' "$package" 2>/dev/null | grep -q '^install ok installed$' \
+            || missing+=("$package")
+    done
+    ((${#missing[@]} == 0)) && return 0
+    echo "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # The tests start their own private etcd and RabbitMQ: keep the packages' services from starting.
+    local policy=/usr/sbin/policy-rc.d created_policy=0
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod 755 "$policy"
+        created_policy=1
+    fi
+    local status=0
+    quiet apt-get update -q || status=$?
+    if ((status == 0)); then
+        quiet apt-get install -y -q --no-install-recommends "${missing[@]}" || status=$?
+    fi
+    if ((created_policy)); then rm -f "$policy"; fi
+    return "$status"
+}
+
+# Whether "$1" is a Python >= 3.11 (that can create virtual environments, with "$2" = base).
+python_ok() {
+    local modules=sys
+    [[ ${2:-} == base ]] && modules="sys, venv, ensurepip"
+    "$1" -c "import $modules; sys.exit(sys.version_info < (3, 11))" 2>/dev/null
+}
+
+make_venv() {
+    if [[ -x .venv/bin/python ]] && python_ok .venv/bin/python; then
+        return 0
+    fi
+    local python
+    for python in python3 /usr/bin/python3 python3.13 python3.12 python3.11; do
+        if command -v "$python" >/dev/null && python_ok "$python" base; then
+            echo "creating .venv with $("$python" --version)"
+            rm -rf .venv
+            quiet "$python" -m venv .venv
+            return 0
+        fi
+    done
+    echo "error: no python3 >= 3.11 with the venv module found" >&2
+    return 1
+}
+
+install_packages
+make_venv
+quiet .venv/bin/pip install --disable-pip-version-check -e '.[test]'
+
+echo "ruff check ."
+.venv/bin/ruff check .
+
+status=0
+.venv/bin/pytest -q "$@" || status=$?
+if ((status == 5)); then
+    echo "error: pytest collected no tests" >&2
+    exit 1
+fi
+exit "$status"

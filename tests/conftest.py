@@ -1,0 +1,618 @@
+"""Session fixtures that start real services for the tests: etcd, RabbitMQ and the apiserver.
+
+Every service runs as a private child process on free loopback ports with its state in a pytest temp
+directory, so a system-wide etcd, RabbitMQ or epmd on the same machine does not matter. Each process
+object can be stopped, SIGKILLed and started again on the same ports and data, for restart tests.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import httpx
+import pika
+import pytest
+
+from daemons.api import kubeconfig
+from daemons.api.client import ApiClient
+from daemons.api.errors import NotFound
+from daemons.api.resources import by_kind
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TESTS_ROOT = Path(__file__).resolve().parent
+SUITE_MARKERS = ("unit", "integration", "e2e")
+
+ETCD_BINARY = os.environ.get("MINIK8S_TEST_ETCD", "/usr/bin/etcd")
+RABBITMQ_LIB_BIN = Path("/usr/lib/rabbitmq/bin")
+
+ADMIN_TOKEN = "admin-token"
+KUBELET_TOKEN = "kubelet-token"
+TOKEN_FILE = (
+    f'{ADMIN_TOKEN},admin,uid-admin,"system:masters"\n'
+    f'{KUBELET_TOKEN},system:node:node1,uid-node1,"system:nodes"\n'
+)
+
+# Every service runs in its own process group. A group still alive when the interpreter exits is killed
+# then; a watchdog per group kills it if this process dies without running atexit (SIGKILL, OOM).
+_WATCHDOG = 'while kill -0 "$0" 2>/dev/null; do sleep 1; done; kill -KILL "-$1" 2>/dev/null'
+_watchdogs: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def spawn_group(argv: Sequence[str], log: IO[bytes], env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as the leader of a new process group (session), output to ``log``, watched."""
+    process = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+        start_new_session=True,
+    )
+    _watchdogs[process.pid] = subprocess.Popen(
+        ["sh", "-c", _WATCHDOG, str(os.getpid()), str(process.pid)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    return process
+
+
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+
+
+def reap_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL whatever is left of the group (helpers the leader left behind) and retire its watchdog."""
+    signal_group(process, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(10)
+    watchdog = _watchdogs.pop(process.pid, None)
+    if watchdog is not None:
+        watchdog.kill()
+        watchdog.wait()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for pgid in list(_watchdogs):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        _watchdogs.pop(pgid).kill()
+
+
+# --- markers ----------------------------------------------------------------------------------------
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test by the suite directory it lives in, so ``pytest -m unit`` selects it."""
+    for item in items:
+        try:
+            relative = Path(item.path).resolve().relative_to(TESTS_ROOT)
+        except ValueError:
+            continue
+        if relative.parts and relative.parts[0] in SUITE_MARKERS:
+            item.add_marker(getattr(pytest.mark, relative.parts[0]))
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 60) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return f"({path} does not exist)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def run_quiet(argv: Sequence[str], cwd: Path | None = None, timeout: float = 60) -> None:
+    """Run a short command; on failure raise with its output."""
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+
+
+class ServiceProcess:
+    """A child process in its own process group, its output appended to ``log_file``."""
+
+    name = "service"
+    startup_timeout = 30.0
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_file = workdir / f"{self.name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    # Subclasses define the command line, its environment and the readiness probe.
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def is_ready(self) -> bool:
+        raise NotImplementedError
+
+    def logs(self) -> str:
+        """What to show when the service does not come up."""
+        return f"--- {self.log_file} ---\n{tail(self.log_file)}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        """Start the process (same ports and data as before) and wait until it is ready."""
+        if self.running:
+            raise RuntimeError(f"{self.name} is already running")
+        with self.log_file.open("ab") as log:
+            log.write(f"\n===== starting {self.name} at {time.strftime('%H:%M:%S')} =====\n".encode())
+            log.flush()
+            self.process = spawn_group(self.command(), log, self.environment(), self.workdir)
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if not self.running:
+                code = self.process.returncode if self.process else None
+                self._forget()
+                raise RuntimeError(f"{self.name} exited with status {code} while starting\n{self.logs()}")
+            try:
+                if self.is_ready():
+                    return
+            except Exception:  # not ready yet: connection refused, TLS not up, ...
+                pass
+            time.sleep(0.2)
+        self.kill()
+        raise RuntimeError(f"{self.name} was not ready within {self.startup_timeout:.0f}s\n{self.logs()}")
+
+    def _signal_group(self, signum: int) -> None:
+        if self.process is not None:
+            signal_group(self.process, signum)
+
+    def _forget(self) -> None:
+        if self.process is not None:
+            reap_group(self.process)
+        self.process = None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Graceful stop (SIGTERM to the process group), SIGKILL after ``timeout``."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                self.process.wait(10)
+        self._forget()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group, as a crash would."""
+        if self.process is None:
+            return
+        self._forget()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+# --- etcd -------------------------------------------------------------------------------------------
+
+
+class EtcdProcess(ServiceProcess):
+    """A single-member etcd on loopback; no auto compaction, so tests decide when to compact."""
+
+    name = "etcd"
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.host = "127.0.0.1"
+        self.port = free_port()
+        self.peer_port = free_port()
+        self.data_dir = workdir / "data"
+        self.endpoint = f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        peer = f"http://{self.host}:{self.peer_port}"
+        member = f"minik8s-test-{os.getpid()}"
+        return [
+            ETCD_BINARY,
+            "--name", member,
+            "--data-dir", str(self.data_dir),
+            "--listen-client-urls", self.endpoint,
+            "--advertise-client-urls", self.endpoint,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"{member}={peer}",
+            "--initial-cluster-state", "new",
+            "--auto-compaction-retention", "0",
+            "--logger", "zap",
+            "--log-outputs", "stderr",
+        ]
+
+    def environment(self) -> dict[str, str]:
+        # ETCD_* variables in the caller's environment would override the flags above.
+        return {key: value for key, value in os.environ.items() if not key.startswith("ETCD_")}
+
+    def is_ready(self) -> bool:
+        with urllib.request.urlopen(f"{self.endpoint}/health", timeout=2) as response:
+            return json.loads(response.read()).get("health") == "true"
+
+
+# --- RabbitMQ ---------------------------------------------------------------------------------------
+
+
+def _rabbitmq_script(name: str) -> str:
+    """The real RabbitMQ script, not Debian's /usr/sbin wrapper (which switches to the rabbitmq user)."""
+    candidate = RABBITMQ_LIB_BIN / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} not found: install rabbitmq-server")
+    return found
+
+
+class RabbitMQProcess(ServiceProcess):
+    """A private RabbitMQ node with its own node name, ports, epmd, cookie, data and logs."""
+
+    name = "rabbitmq"
+    startup_timeout = 60.0
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.host = "127.0.0.1"
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.epmd_port = free_port()
+        self.node = f"minik8s-test-{os.getpid()}-{uuid.uuid4().hex[:6]}@localhost"
+        self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+        self.log_base = workdir / "log"
+        self.mnesia_base = workdir / "mnesia"
+        self.log_base.mkdir(exist_ok=True)
+        self.mnesia_base.mkdir(exist_ok=True)
+        (workdir / "enabled_plugins").write_text("[].\n")
+        (workdir / "rabbitmq-env.conf").write_text("")
+        (workdir / "rabbitmq.conf").write_text(
+            f"listeners.tcp.1 = {self.host}:{self.port}\n"
+            "loopback_users.guest = true\n"
+            "disk_free_limit.absolute = 1MB\n"
+        )
+        self.epmd: subprocess.Popen[bytes] | None = None
+
+    def environment(self) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith(("RABBITMQ_", "ERL_"))}
+        env.update(
+            HOME=str(self.workdir),  # the Erlang cookie lives here, shared by server and rabbitmqctl
+            LC_ALL="C.UTF-8",
+            ERL_EPMD_PORT=str(self.epmd_port),
+            ERL_EPMD_ADDRESS=self.host,
+            RABBITMQ_NODENAME=self.node,
+            RABBITMQ_NODE_IP_ADDRESS=self.host,
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(self.dist_port),
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
+            RABBITMQ_CONF_ENV_FILE=str(self.workdir / "rabbitmq-env.conf"),
+            RABBITMQ_CONFIG_FILE=str(self.workdir / "rabbitmq.conf"),
+            RABBITMQ_ADVANCED_CONFIG_FILE=str(self.workdir / "advanced.config"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(self.workdir / "enabled_plugins"),
+            RABBITMQ_PLUGINS_EXPAND_DIR=str(self.workdir / "plugins-expand"),
+            RABBITMQ_MNESIA_BASE=str(self.mnesia_base),
+            RABBITMQ_LOG_BASE=str(self.log_base),
+            RABBITMQ_PID_FILE=str(self.workdir / "rabbitmq.pid"),
+            MINIK8S_TEST_SERVICE=self.node,  # tags every process this node starts
+        )
+        return env
+
+    def command(self) -> list[str]:
+        return [_rabbitmq_script("rabbitmq-server")]
+
+    def _start_epmd(self) -> None:
+        """Our own epmd on a private port, so a system epmd (or none) makes no difference."""
+        if self.epmd is not None and self.epmd.poll() is None:
+            return
+        epmd = shutil.which("epmd") or "/usr/bin/epmd"
+        with (self.log_base / "epmd.log").open("ab") as log:
+            self.epmd = spawn_group(
+                [epmd, "-port", str(self.epmd_port), "-address", self.host], log, self.environment(), self.workdir
+            )
+        # The node must find this epmd listening, or Erlang starts a daemonized one of its own.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection((self.host, self.epmd_port), timeout=1).close()
+                return
+            except OSError:
+                if self.epmd.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"epmd did not start\n{tail(self.log_base / 'epmd.log')}") from None
+                time.sleep(0.05)
+
+    def start(self) -> None:
+        self._start_epmd()
+        super().start()
+
+    def is_ready(self) -> bool:
+        # A plain TCP probe first, so pika does not log a traceback for every refused attempt.
+        socket.create_connection((self.host, self.port), timeout=1).close()
+        parameters = pika.URLParameters(f"{self.url}?connection_attempts=1&socket_timeout=2")
+        pika_logger = logging.getLogger("pika")
+        level = pika_logger.level
+        pika_logger.setLevel(logging.CRITICAL)
+        try:
+            pika.BlockingConnection(parameters).close()
+        finally:
+            pika_logger.setLevel(level)
+        return True
+
+    def logs(self) -> str:
+        parts = [super().logs()]
+        parts += [f"--- {path} ---\n{tail(path)}" for path in sorted(self.log_base.glob("*.log"))]
+        return "\n".join(parts)
+
+    def rabbitmqctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [_rabbitmq_script("rabbitmqctl"), "-n", self.node, *args],
+            env=self.environment(), capture_output=True, text=True, timeout=timeout, check=False,
+        )
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """``rabbitmqctl stop``, falling back to signals."""
+        if self.running:
+            try:
+                result = self.rabbitmqctl("stop", timeout=timeout)
+                output = f"rabbitmqctl stop: status {result.returncode}\n{result.stdout}{result.stderr}"
+            except subprocess.TimeoutExpired:
+                output = f"rabbitmqctl stop: no answer within {timeout:.0f}s\n"
+            with self.log_file.open("a") as log:
+                log.write(output)
+        super().stop(timeout)
+
+    def terminate(self) -> None:
+        """Stop the node and everything it started, epmd included."""
+        self.stop()
+        if self.epmd is not None:
+            reap_group(self.epmd)
+            self.epmd = None
+        _kill_tagged(self.node)
+
+
+def _kill_tagged(tag: str) -> None:
+    """SIGKILL leftover processes (beam, epmd, erl_child_setup) started with ``MINIK8S_TEST_SERVICE=tag``."""
+    marker = f"MINIK8S_TEST_SERVICE={tag}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+# --- PKI and the apiserver --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pki:
+    """A cluster CA, a server certificate for 127.0.0.1/localhost and a static token file."""
+
+    directory: Path
+    ca_file: Path
+    ca_key: Path
+    cert_file: Path
+    key_file: Path
+    token_file: Path
+    admin_token: str = ADMIN_TOKEN
+    kubelet_token: str = KUBELET_TOKEN
+
+
+def make_pki(directory: Path) -> Pki:
+    """Generate the CA, the server certificate (with SANs) and the token file with the openssl CLI."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_file = directory / "ca.key", directory / "ca.crt"
+    key_file, csr, cert_file = directory / "apiserver.key", directory / "apiserver.csr", directory / "apiserver.crt"
+    extensions = directory / "apiserver.ext"
+    run_quiet([
+        "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "3650",
+        "-keyout", str(ca_key), "-out", str(ca_file), "-subj", "/CN=minik8s-test-ca",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+    ])
+    run_quiet([
+        "openssl", "req", "-newkey", "rsa:2048", "-nodes", "-sha256",
+        "-keyout", str(key_file), "-out", str(csr), "-subj", "/CN=minik8s-apiserver",
+    ])
+    extensions.write_text(
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\n"
+        "subjectKeyIdentifier=hash\n"
+        "authorityKeyIdentifier=keyid,issuer\n"
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+    )
+    run_quiet([
+        "openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_file), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-sha256", "-days", "3650", "-out", str(cert_file), "-extfile", str(extensions),
+    ])
+    for private in (ca_key, key_file):
+        private.chmod(0o600)
+    token_file = directory / "tokens.csv"
+    token_file.write_text(TOKEN_FILE)
+    token_file.chmod(0o600)
+    return Pki(directory, ca_file, ca_key, cert_file, key_file, token_file)
+
+
+def apiserver_command() -> list[str]:
+    """The installed console script beside this interpreter, else the module."""
+    script = Path(sys.executable).with_name("minik8s-apiserver")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "daemons.apiserver.main"]
+
+
+class ApiServerProcess(ServiceProcess):
+    """``minik8s-apiserver`` with TLS and static tokens on a free loopback port, ready once /readyz says 200."""
+
+    name = "apiserver"
+    startup_timeout = 45.0
+
+    def __init__(
+        self,
+        workdir: Path,
+        etcd_endpoint: str,
+        amqp_url: str,
+        pki: Pki,
+        port: int | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        super().__init__(workdir)
+        self.etcd_endpoint = etcd_endpoint
+        self.amqp_url = amqp_url
+        self.pki = pki
+        self.host = "127.0.0.1"
+        self.port = port or free_port()
+        self.extra_args = list(extra_args)
+        self.url = f"https://{self.host}:{self.port}"
+        self.ca_file = str(pki.ca_file)
+        self.admin_token = pki.admin_token
+        self.kubelet_token = pki.kubelet_token
+        self.kubeconfig = workdir / "kubeconfig"
+        self.kubeconfig.write_text(kubeconfig.render(self.url, self.admin_token, self.ca_file))
+        self.kubeconfig.chmod(0o600)
+
+    def command(self) -> list[str]:
+        return [
+            *apiserver_command(),
+            "--etcd-servers", self.etcd_endpoint,
+            "--amqp-url", self.amqp_url,
+            "--bind-address", self.host,
+            "--secure-port", str(self.port),
+            "--tls-cert-file", str(self.pki.cert_file),
+            "--tls-private-key-file", str(self.pki.key_file),
+            "--token-auth-file", str(self.pki.token_file),
+            *self.extra_args,
+        ]
+
+    def environment(self) -> dict[str, str]:
+        # MINIK8S_* settings of the caller's shell would override the flags.
+        env = {key: value for key, value in os.environ.items() if not key.startswith("MINIK8S_")}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def is_ready(self) -> bool:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        response = httpx.get(f"{self.url}/readyz", verify=context, timeout=2)
+        return response.status_code == 200
+
+    def client(self, token: str | None = None) -> ApiClient:
+        """An ``ApiClient`` for this apiserver, as admin unless another token is given."""
+        connection = kubeconfig.Connection(server=self.url, token=token or self.admin_token, ca_file=self.ca_file)
+        return ApiClient(connection)
+
+
+# --- fixtures ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
+    server = EtcdProcess(tmp_path_factory.mktemp("etcd"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQProcess]:
+    server = RabbitMQProcess(tmp_path_factory.mktemp("rabbitmq"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.terminate()
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="session")
+def apiserver_factory(
+    tmp_path_factory: pytest.TempPathFactory, etcd: EtcdProcess, rabbitmq: RabbitMQProcess, pki: Pki
+) -> Iterator[Callable[..., ApiServerProcess]]:
+    """Start more apiservers on the session's etcd and RabbitMQ: ``apiserver_factory(extra_args=[...])``."""
+    started: list[ApiServerProcess] = []
+
+    def start(
+        extra_args: Sequence[str] = (), port: int | None = None, etcd_endpoint: str | None = None,
+        amqp_url: str | None = None,
+    ) -> ApiServerProcess:
+        server = ApiServerProcess(
+            tmp_path_factory.mktemp("apiserver"), etcd_endpoint or etcd.endpoint, amqp_url or rabbitmq.url, pki,
+            port=port, extra_args=extra_args,
+        )
+        started.append(server)
+        server.start()
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def apiserver(apiserver_factory: Callable[..., ApiServerProcess]) -> ApiServerProcess:
+    return apiserver_factory()
+
+
+@pytest.fixture
+def api(apiserver: ApiServerProcess) -> Iterator[ApiClient]:
+    client = apiserver.client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def namespace(api: ApiClient) -> Iterator[str]:
+    """A fresh, uniquely named Namespace for one test; deleted afterwards."""
+    resource = by_kind("v1", "Namespace")
+    assert resource is not None
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    api.create(resource, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(NotFound):
+            api.delete(resource, name)

@@ -31,10 +31,8 @@ class ApiClient:
         headers = {"User-Agent": user_agent, "Accept": "application/json"}
         if connection.token:
             headers["Authorization"] = f"Bearer {connection.token}"
-        cert = (connection.client_cert, connection.client_key) if connection.client_cert else None
-        self._http = httpx.Client(
-            base_url=connection.server, headers=headers, verify=connection.verify, cert=cert, timeout=timeout
-        )
+        self._http = httpx.Client(base_url=connection.server, headers=headers, verify=connection.verify,
+                                  timeout=timeout)
 
     @classmethod
     def from_config(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import ssl
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +32,14 @@ class Connection:
     client_key: str | None = None
 
     @property
-    def verify(self) -> str | bool:
+    def verify(self) -> ssl.SSLContext | bool:
+        """What httpx should verify the server against: the cluster CA, the system store, or nothing."""
         if self.insecure:
             return False
-        return self.ca_file or True
+        context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else ssl.create_default_context()
+        if self.client_cert:
+            context.load_cert_chain(self.client_cert, self.client_key)
+        return context
 
 
 def default_path() -> Path:

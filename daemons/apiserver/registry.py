@@ -215,10 +215,10 @@ class Registry:
         revision = int(current["metadata"]["resourceVersion"])
         if options.field_manager:
             obj = patches.record_update(current, obj, options.field_manager, now_rfc3339())
-        unchanged = {**current, "metadata": {k: v for k, v in current["metadata"].items() if k != "resourceVersion"}}
-        if obj == unchanged or options.dry_run:
+        unchanged = comparable(obj) == comparable(current)
+        if unchanged or options.dry_run:
             obj["metadata"]["resourceVersion"] = str(revision)
-            return (current if obj == unchanged else obj), warnings
+            return (current if unchanged else obj), warnings
         if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers") \
                 and (resource.kind != "Pod" or not obj["metadata"].get("deletionGracePeriodSeconds")):
             await self._remove(resource, current)
@@ -475,6 +475,19 @@ SCALE_VIEW = Resource("Scale", "scale", PODS.model, group="autoscaling", has_sta
 def object_name(obj: Obj) -> str:
     metadata = obj.get("metadata", {})
     return f"{metadata['namespace']}/{metadata.get('name')}" if metadata.get("namespace") else str(metadata.get("name"))
+
+
+def comparable(obj: Obj) -> Obj:
+    """An object as a no-op check sees it: without its resourceVersion or the times of its managedFields.
+
+    A write that changes nothing else is not stored, so re-applying an unchanged
+    manifest leaves the resourceVersion where it was, as in Kubernetes.
+    """
+    metadata = {key: value for key, value in obj.get("metadata", {}).items() if key != "resourceVersion"}
+    if "managedFields" in metadata:
+        metadata["managedFields"] = [{k: v for k, v in entry.items() if k != "time"}
+                                     for entry in metadata["managedFields"]]
+    return {**obj, "metadata": metadata}
 
 
 def parse_selectors(label_selector: str | None,

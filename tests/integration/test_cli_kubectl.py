@@ -92,8 +92,6 @@ def test_apply_creates_then_configures(kubectl, api, namespace, tmp_path):
     assert api.get(PODS, "web", namespace)["metadata"]["labels"]["tier"] == "back"
 
 
-@pytest.mark.xfail(strict=True, reason="apiserver bug: a no-op server-side apply restamps managedFields[].time, "
-                                       "so the object is rewritten and its resourceVersion moves")
 def test_apply_of_the_same_manifest_later_is_unchanged(kubectl, tmp_path):
     path = write(tmp_path, "app.yaml", f"{POD}---\n{DEPLOYMENT}")
     ok(kubectl("apply", "-f", path))

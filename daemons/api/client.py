@@ -76,15 +76,19 @@ class ApiClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.ConnectError as error:
-            raise ConnectionFailed(
-                f"The connection to the server {self.connection.server} was refused - "
-                f"did you specify the right host or port? ({error})"
-            ) from None
+            raise self._connect_error(error) from None
         except httpx.TransportError as error:
             raise ConnectionFailed(f"Unable to reach the server {self.connection.server}: {error}") from None
         if response.status_code >= 400:
             raise_for_status(response)
         return response
+
+    def _connect_error(self, error: httpx.ConnectError) -> ConnectionFailed:
+        """kubectl's wording: a refused connection names the server; a TLS failure says it is one."""
+        if "CERTIFICATE" in str(error) or "SSL" in str(error):
+            return ConnectionFailed(f"Unable to connect to the server {self.connection.server}: tls: {error}")
+        return ConnectionFailed(f"The connection to the server {self.connection.server} was refused - "
+                                "did you specify the right host or port?")
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         """Send one request and return its JSON body; an error status raises its ``APIError``."""
@@ -198,8 +202,7 @@ class ApiClient:
                     if line.strip():
                         yield json.loads(line)
         except httpx.ConnectError as error:
-            raise ConnectionFailed(f"The connection to the server {self.connection.server} was refused: "
-                                   f"{error}") from None
+            raise self._connect_error(error) from None
 
 
 def raise_for_status(response: httpx.Response) -> None:

@@ -99,7 +99,14 @@ def is_watch(request: Request) -> bool:
 
 
 def parse_body(raw: bytes, content_type: str) -> Any:
-    """JSON, or YAML where the content type says so (or JSON fails on an apply patch)."""
+    """JSON, or YAML where the content type says so (or JSON fails on an apply patch).
+
+    Protobuf bodies get 415, on which kubectl's clients switch to JSON and retry.
+    """
+    if "protobuf" in content_type:
+        raise errors.UnsupportedMediaType(f"the body of the request was in an unknown format - accepted media "
+                                          f"types include: application/json, application/yaml "
+                                          f"(got {content_type})")
     if len(raw) > MAX_BODY_BYTES:
         raise errors.RequestEntityTooLarge(f"the request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
     if not raw.strip():

@@ -96,8 +96,14 @@ class EventPublisher:
                               current, error)
                     self.published = current
                 except (ServiceUnavailable, aio_pika.exceptions.AMQPException, aiormq.exceptions.AMQPError,
-                        ConnectionError, OSError) as error:
+                        ConnectionError, OSError, TimeoutError) as error:
                     log.warning("event publishing interrupted (%s); retrying in %.1fs", error, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, self.max_backoff)
+                    continue
+                except Exception:
+                    # A bug must not stop the event bus for good: log it and resume from the last confirmed event.
+                    log.exception("event publishing failed unexpectedly; retrying in %.1fs", backoff)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, self.max_backoff)
                     continue

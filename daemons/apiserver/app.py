@@ -10,11 +10,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 
 import yaml
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from daemons.api import errors
 from daemons.api.resources import Resource, find
@@ -166,22 +168,7 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
     async def api_error(_request: Request, error: errors.APIError) -> JSONResponse:
         return JSONResponse(error.to_status(), status_code=error.code)
 
-    @app.middleware("http")
-    async def gatekeeper(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        """Authentication, the body size limit and request metrics, before any route runs."""
-        started = time.perf_counter()
-        verb, resource_name = classify(request)
-        if authenticator.authenticate(request.url.path, request.headers.get("authorization")) is None:
-            response: Response = JSONResponse(errors.Unauthorized("Unauthorized").to_status(), status_code=401)
-        elif int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
-            response = JSONResponse(errors.RequestEntityTooLarge(
-                f"the request body is larger than the limit of {MAX_BODY_BYTES} bytes").to_status(), status_code=413)
-        else:
-            response = await call_next(request)
-        REQUESTS.labels(verb, resource_name, str(response.status_code)).inc()
-        if verb != "WATCH":
-            LATENCY.labels(verb, resource_name).observe(time.perf_counter() - started)
-        return response
+    app.add_middleware(Gatekeeper, authenticator=authenticator)
 
     @app.get("/healthz")
     @app.get("/livez")
@@ -267,9 +254,9 @@ def discovered(document: Obj | None) -> JSONResponse:
     return JSONResponse(document)
 
 
-def classify(request: Request) -> tuple[str, str]:
+def classify(method: str, path: str, watch: bool) -> tuple[str, str]:
     """The metric labels of a request: its Kubernetes verb and resource."""
-    segments = [part for part in request.url.path.split("/") if part]
+    segments = [part for part in path.split("/") if part]
     try:
         if segments[:1] == ["api"] and len(segments) > 2:
             target: Target | None = parse_target("", segments[1], segments[2:])
@@ -280,7 +267,48 @@ def classify(request: Request) -> tuple[str, str]:
     except errors.APIError:
         target = None
     resource_name = target.resource.plural if target else ""
-    return request_verb(request.method, target, is_watch(request)), resource_name
+    return request_verb(method, target, watch), resource_name
+
+
+class Gatekeeper:
+    """Authentication, the body size limit and request metrics, before any route runs.
+
+    A plain ASGI middleware: it never buffers responses, so watch streams pass straight through.
+    """
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+        self.app = app
+        self.authenticator = authenticator
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        headers = dict(scope["headers"])
+        query = parse_qs(scope.get("query_string", b"").decode())
+        watch = query.get("watch", [""])[0].lower() in ("1", "true")
+        verb, resource_name = classify(scope["method"], scope["path"], watch)
+        status = {"code": 500}
+
+        async def send_and_record(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        authorization = headers.get(b"authorization", b"").decode("latin-1") or None
+        if self.authenticator.authenticate(scope["path"], authorization) is None:
+            await JSONResponse(errors.Unauthorized("Unauthorized").to_status(), status_code=401)(
+                scope, receive, send_and_record)
+        elif int(headers.get(b"content-length") or 0) > MAX_BODY_BYTES:
+            error = errors.RequestEntityTooLarge(f"the request body is larger than the limit of {MAX_BODY_BYTES} "
+                                                 "bytes")
+            await JSONResponse(error.to_status(), status_code=413)(scope, receive, send_and_record)
+        else:
+            await self.app(scope, receive, send_and_record)
+        REQUESTS.labels(verb, resource_name, str(status["code"])).inc()
+        if verb != "WATCH":
+            LATENCY.labels(verb, resource_name).observe(time.perf_counter() - started)
 
 
 async def ensure_namespaces(registry: Registry) -> None:

@@ -7,8 +7,8 @@ graceful pod deletion) are small tables and functions here.
 
 from __future__ import annotations
 
-import copy
 import logging
+import pickle
 import secrets
 import uuid
 from dataclasses import dataclass, replace
@@ -40,6 +40,11 @@ SYSTEM_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGra
 MAX_CONFLICT_RETRIES = 8
 # Strategic merge patch needs patch strategies, which only Kubernetes' own groups define.
 BUILTIN_GROUPS = ("", "apps", "autoscaling")
+
+
+def clone(obj: Any) -> Any:
+    """A deep copy of JSON-shaped data, a few times faster than ``copy.deepcopy`` on the write path."""
+    return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def now_rfc3339(moment: datetime | None = None) -> str:
@@ -114,7 +119,7 @@ class Registry:
 
     @staticmethod
     def _normalize(resource: Resource, obj: Obj, namespace: str | None) -> Obj:
-        obj = copy.deepcopy(obj)
+        obj = clone(obj)
         obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
         metadata = obj.setdefault("metadata", {})
         if resource.namespaced:
@@ -155,7 +160,7 @@ class Registry:
             if resource.kind not in CREATOR_OWNS_STATUS:
                 obj.pop("status", None)
                 if resource.kind in INITIAL_STATUS:
-                    obj["status"] = copy.deepcopy(INITIAL_STATUS[resource.kind])
+                    obj["status"] = clone(INITIAL_STATUS[resource.kind])
         obj, warnings = validate(resource, obj, options.strict)
         await self._require_namespace(resource, namespace, creating=True)
         if options.field_manager:
@@ -172,7 +177,7 @@ class Registry:
 
     def _merge_update(self, resource: Resource, current: Obj, desired: Obj, subresource: str | None) -> Obj:
         """The object to store when ``desired`` replaces ``current`` through the main resource or ``status``."""
-        merged = copy.deepcopy(desired)
+        merged = clone(desired)
         metadata = merged.setdefault("metadata", {})
         for key in SYSTEM_METADATA:
             if key in current["metadata"]:
@@ -180,12 +185,12 @@ class Registry:
             else:
                 metadata.pop(key, None)
         if subresource == "status":
-            merged = {**copy.deepcopy(current), "status": merged.get("status")}
+            merged = {**clone(current), "status": merged.get("status")}
             if merged["status"] is None:
                 merged.pop("status")
         elif resource.has_status:
             if "status" in current:
-                merged["status"] = copy.deepcopy(current["status"])
+                merged["status"] = clone(current["status"])
             else:
                 merged.pop("status", None)
             if merged.get("spec") != current.get("spec"):
@@ -366,7 +371,7 @@ class Registry:
             grace = 0
         if grace == 0 and not finalizers:
             return None
-        marked = copy.deepcopy(current)
+        marked = clone(current)
         deadline = datetime.now(UTC) + timedelta(seconds=grace)
         if not metadata.get("deletionTimestamp") or grace < int(metadata.get("deletionGracePeriodSeconds") or 0):
             marked["metadata"]["deletionTimestamp"] = now_rfc3339(deadline)
@@ -414,7 +419,7 @@ class Registry:
             assigned = current.get("spec", {}).get("nodeName")
             if assigned:
                 raise errors.Conflict(f"pod {name} is already assigned to node \"{assigned}\"")
-            bound = copy.deepcopy(current)
+            bound = clone(current)
             bound["spec"]["nodeName"] = target["name"]
             status = bound.setdefault("status", {})
             conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
@@ -450,7 +455,7 @@ class Registry:
                 raise errors.Invalid.for_object("Scale", name, [{
                     "reason": "FieldValueInvalid", "field": "spec.replicas",
                     "message": f"Invalid value: {replicas!r}: must be greater than or equal to 0"}], "autoscaling")
-            updated = copy.deepcopy(current)
+            updated = clone(current)
             updated["spec"]["replicas"] = replicas
             try:
                 obj, _warnings = await self._write(resource, current,
@@ -517,7 +522,7 @@ def scale_of(resource: Resource, obj: Obj) -> Obj:
 def check_pod_update(current: Obj, desired: Obj) -> None:
     """Pods are immutable but for images, activeDeadlineSeconds and added tolerations, as in Kubernetes."""
     def comparable(pod: Obj) -> Obj:
-        spec = copy.deepcopy(pod.get("spec") or {})
+        spec = clone(pod.get("spec") or {})
         for field in ("containers", "initContainers"):
             for container in spec.get(field) or []:
                 container.pop("image", None)

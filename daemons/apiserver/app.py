@@ -22,6 +22,7 @@ from daemons.api import errors
 from daemons.api.resources import Resource, find
 from daemons.apiserver import discovery, openapi, tables
 from daemons.apiserver.auth import Authenticator, load_token_file
+from daemons.apiserver.cache import WatchCache
 from daemons.apiserver.publisher import EventPublisher
 from daemons.apiserver.registry import NAMESPACES, Registry, WriteOptions
 from daemons.apiserver.settings import ApiServerSettings
@@ -143,19 +144,21 @@ def status_success(details: Obj | None = None, code: int = 200) -> Obj:
 
 def create_app(settings: ApiServerSettings) -> FastAPI:
     storage = Storage(settings.etcd_servers)
-    registry = Registry(storage)
+    cache = WatchCache(storage)
+    registry = Registry(storage, cache)
     authenticator = Authenticator(load_token_file(settings.token_auth_file) if settings.token_auth_file else None)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         bootstrap = asyncio.create_task(ensure_namespaces(registry))
+        caching = asyncio.create_task(cache.run())
         publisher = None
         if settings.amqp_url:
             publisher = asyncio.create_task(EventPublisher(storage, settings.amqp_url).run())
         try:
             yield
         finally:
-            for task in (bootstrap, publisher):
+            for task in (bootstrap, caching, publisher):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

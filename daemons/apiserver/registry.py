@@ -19,6 +19,7 @@ from daemons.api import errors
 from daemons.api.resources import RESOURCES, Resource
 from daemons.api.selectors import FieldSelectorQuery, LabelSelectorQuery, SelectorError
 from daemons.apiserver import patch as patches
+from daemons.apiserver.cache import WatchCache
 from daemons.apiserver.storage import Storage
 from daemons.apiserver.validation import validate
 
@@ -51,6 +52,10 @@ def now_rfc3339(moment: datetime | None = None) -> str:
     return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class StaleRead(Exception):
+    """A write computed from the watch cache found nothing to change: only a fresh read can tell."""
+
+
 @dataclass(frozen=True)
 class WriteOptions:
     """The query parameters every write takes: ``dryRun``, ``fieldManager``, ``fieldValidation``, ``force``."""
@@ -67,13 +72,17 @@ DEFAULT_WRITE = WriteOptions()
 class Registry:
     """REST operations over ``Storage`` for any row of the resource table."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, cache: WatchCache | None = None) -> None:
         self.storage = storage
+        self.cache = cache
 
     # --- helpers -----------------------------------------------------------------------------------
 
-    async def _current(self, resource: Resource, namespace: str | None, name: str) -> Obj:
-        obj = await self.storage.get(resource.storage_key(namespace, name))
+    async def _current(self, resource: Resource, namespace: str | None, name: str, fresh: bool = True) -> Obj:
+        """The stored object; unless ``fresh``, the watch cache's copy when it has one (a write's first try)."""
+        key = resource.storage_key(namespace, name)
+        cached = None if fresh or self.cache is None else self.cache.get(key)
+        obj = clone(cached) if cached is not None else await self.storage.get(key)
         if obj is None:
             raise errors.not_found(resource.plural, name, resource.group)
         return obj
@@ -83,7 +92,8 @@ class Registry:
             return
         if not namespace:
             raise errors.BadRequest("a namespace is required for namespaced resources")
-        ns = await self.storage.get(NAMESPACES.storage_key(None, namespace))
+        key = NAMESPACES.storage_key(None, namespace)
+        ns = (self.cache.get(key) if self.cache is not None else None) or await self.storage.get(key)
         if ns is None:
             raise errors.not_found("namespaces", namespace)
         if creating and (ns.get("status") or {}).get("phase") == "Terminating":
@@ -131,7 +141,7 @@ class Registry:
     # --- reads -------------------------------------------------------------------------------------
 
     async def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
-        return await self._current(resource, namespace, name)
+        return await self._current(resource, namespace, name, fresh=True)
 
     async def list(self, resource: Resource, namespace: str | None, label_selector: str | None = None,
                    field_selector: str | None = None) -> tuple[list[Obj], int]:
@@ -206,21 +216,34 @@ class Registry:
         desired = self._normalize(resource, body, namespace)
         desired["metadata"]["name"] = name
         wanted_version = desired["metadata"].get("resourceVersion")
-        current = await self._current(resource, namespace, name)
-        if wanted_version and wanted_version != current["metadata"]["resourceVersion"]:
-            raise errors.conflict(resource.plural, name, resource.group)
-        return await self._write(resource, current, self._merge_update(resource, current, desired, subresource),
-                                 options)
+        for fresh in (False, True):
+            current = await self._current(resource, namespace, name, fresh)
+            if wanted_version and wanted_version != current["metadata"]["resourceVersion"]:
+                if fresh:
+                    raise errors.conflict(resource.plural, name, resource.group)
+                continue
+            try:
+                return await self._write(resource, current,
+                                         self._merge_update(resource, current, desired, subresource), options, fresh)
+            except (errors.Conflict, StaleRead):
+                if fresh:
+                    raise
+        raise AssertionError("unreachable: the fresh attempt returns or raises")
 
-    async def _write(self, resource: Resource, current: Obj, desired: Obj,
-                     options: WriteOptions) -> tuple[Obj, list[str]]:
-        """Validate and store ``desired`` over ``current``; no write at all when nothing changed."""
+    async def _write(self, resource: Resource, current: Obj, desired: Obj, options: WriteOptions,
+                     fresh: bool = True) -> tuple[Obj, list[str]]:
+        """Validate and store ``desired`` over ``current``; no write at all when nothing changed.
+
+        ``current`` read from the cache (not ``fresh``) cannot prove a write is a no-op: that raises ``StaleRead``.
+        """
         obj, warnings = validate(resource, desired, options.strict)
         obj["metadata"].pop("resourceVersion", None)
         revision = int(current["metadata"]["resourceVersion"])
         if options.field_manager:
             obj = patches.record_update(current, obj, options.field_manager, now_rfc3339())
         unchanged = comparable(obj) == comparable(current)
+        if unchanged and not fresh:
+            raise StaleRead()
         if unchanged or options.dry_run:
             obj["metadata"]["resourceVersion"] = str(revision)
             return (current if unchanged else obj), warnings
@@ -240,9 +263,10 @@ class Registry:
                     subresource: str | None = None,
                     options: WriteOptions = DEFAULT_WRITE) -> tuple[Obj, list[str], bool]:
         """Apply a patch, retrying lost races unless the patch pins a resourceVersion; True if created."""
-        for _attempt in range(MAX_CONFLICT_RETRIES):
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            fresh = attempt > 0
             try:
-                current = await self._current(resource, namespace, name)
+                current = await self._current(resource, namespace, name, fresh)
             except errors.NotFound:
                 if patch_type != "apply":
                     raise
@@ -263,14 +287,18 @@ class Registry:
             patched = self._normalize(resource, patched, namespace)
             pinned = patched["metadata"].get("resourceVersion")
             if pinned and pinned != current["metadata"]["resourceVersion"]:
-                raise errors.conflict(resource.plural, name, resource.group)
+                if fresh:
+                    raise errors.conflict(resource.plural, name, resource.group)
+                continue
             desired = self._merge_update(resource, current, patched, subresource)
             try:
                 obj, warnings = await self._write(
                     resource, current, desired,
-                    replace(options, field_manager=None) if patch_type == "apply" else options)
+                    replace(options, field_manager=None) if patch_type == "apply" else options, fresh)
+            except StaleRead:
+                continue
             except errors.Conflict:
-                if pinned:
+                if pinned and fresh:
                     raise
                 continue
             return obj, warnings, False
@@ -323,8 +351,8 @@ class Registry:
     async def delete(self, resource: Resource, namespace: str | None, name: str, options: Obj,
                      dry_run: bool = False) -> Obj:
         """DELETE: graceful for bound pods, deferred while finalizers remain, immediate otherwise."""
-        for _attempt in range(MAX_CONFLICT_RETRIES):
-            current = await self._current(resource, namespace, name)
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            current = await self._current(resource, namespace, name, fresh=attempt > 0)
             preconditions = options.get("preconditions") or {}
             if preconditions.get("uid") and preconditions["uid"] != current["metadata"].get("uid"):
                 raise errors.Conflict(f"Precondition failed: UID in precondition: {preconditions['uid']}, "
@@ -412,8 +440,8 @@ class Registry:
             raise errors.Invalid.for_object("Binding", name, [{
                 "reason": "FieldValueNotSupported", "field": "target.kind",
                 "message": f"Unsupported value: {target.get('kind')!r}: supported values: \"Node\""}])
-        for _attempt in range(MAX_CONFLICT_RETRIES):
-            current = await self._current(PODS, namespace, name)
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            current = await self._current(PODS, namespace, name, fresh=attempt > 0)
             if current["metadata"].get("deletionTimestamp"):
                 raise errors.Conflict(f"pod {name} is being deleted, cannot be assigned to a host")
             assigned = current.get("spec", {}).get("nodeName")
@@ -426,20 +454,21 @@ class Registry:
             conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()})
             status["conditions"] = conditions
             try:
-                await self._write(PODS, current, bound, DEFAULT_WRITE)
+                await self._write(PODS, current, bound, DEFAULT_WRITE, fresh=attempt > 0)
                 return
-            except errors.Conflict:
+            except (errors.Conflict, StaleRead):
                 continue
         raise errors.conflict("pods", name)
 
     async def get_scale(self, resource: Resource, namespace: str, name: str) -> Obj:
-        return scale_of(resource, await self._current(resource, namespace, name))
+        return scale_of(resource, await self._current(resource, namespace, name, fresh=True))
 
     async def update_scale(self, resource: Resource, namespace: str, name: str, verb: str, patch_type: str | None,
                            body: Any) -> Obj:
         """PUT or PATCH ``<workload>/scale``: only ``spec.replicas`` moves, under compare-and-swap."""
-        for _attempt in range(MAX_CONFLICT_RETRIES):
-            current = await self._current(resource, namespace, name)
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            fresh = attempt > 0
+            current = await self._current(resource, namespace, name, fresh)
             scale = scale_of(resource, current)
             if verb == "PATCH":
                 desired = self._apply_patch(SCALE_VIEW, scale, patch_type or "merge", body, "scale", True)
@@ -449,7 +478,9 @@ class Registry:
                 raise errors.BadRequest("the scale body must be an object")
             pinned = (desired.get("metadata") or {}).get("resourceVersion")
             if pinned and pinned != current["metadata"]["resourceVersion"]:
-                raise errors.conflict(resource.plural, name, resource.group)
+                if fresh:
+                    raise errors.conflict(resource.plural, name, resource.group)
+                continue
             replicas = (desired.get("spec") or {}).get("replicas")
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 raise errors.Invalid.for_object("Scale", name, [{
@@ -459,9 +490,12 @@ class Registry:
             updated["spec"]["replicas"] = replicas
             try:
                 obj, _warnings = await self._write(resource, current,
-                                                   self._merge_update(resource, current, updated, None), DEFAULT_WRITE)
+                                                   self._merge_update(resource, current, updated, None),
+                                                   DEFAULT_WRITE, fresh)
+            except StaleRead:
+                continue
             except errors.Conflict:
-                if pinned:
+                if pinned and fresh:
                     raise
                 continue
             return scale_of(resource, obj)

@@ -87,11 +87,16 @@ class Storage:
         response = await self._call("Range", rpc.RangeRequest(key=key.encode()))
         return response.kvs[0].value if response.kvs else None
 
-    async def list(self, prefix: str) -> tuple[list[dict[str, Any]], int]:
-        """Every object under ``prefix`` and the store revision they were read at."""
+    async def list_keyed(self, prefix: str) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+        """Every ``(key, object)`` under ``prefix`` and the store revision they were read at."""
         key = prefix.encode()
         response = await self._call("Range", rpc.RangeRequest(key=key, range_end=_prefix_end(key)))
-        return [decode(kv.value, kv.mod_revision) for kv in response.kvs], response.header.revision
+        return [(kv.key.decode(), decode(kv.value, kv.mod_revision)) for kv in response.kvs], response.header.revision
+
+    async def list(self, prefix: str) -> tuple[list[dict[str, Any]], int]:
+        """Every object under ``prefix`` and the store revision they were read at."""
+        items, revision = await self.list_keyed(prefix)
+        return [obj for _key, obj in items], revision
 
     async def _txn(self, compare: list[Any], success: list[Any]) -> tuple[bool, int]:
         request = rpc.TxnRequest(

@@ -346,3 +346,16 @@ def test_etcd_outage_is_503_not_a_crash(api, etcd, http):
     finally:
         etcd.start()
     assert api.list(PODS, "default")["kind"] == "PodList"
+
+
+def test_back_to_back_writes_never_see_a_stale_precondition(api, namespace):
+    """Each write uses the resourceVersion the previous one returned: none may fail or be lost as a no-op."""
+    current = api.create(PODS, pod("busy"), namespace)
+    for step in range(40):
+        current["metadata"]["labels"]["step"] = str(step)
+        current = api.replace(PODS, current, namespace)
+        current = api.patch(PODS, "busy", {"metadata": {"labels": {"patched": str(step)}}}, namespace)
+        current = api.patch(PODS, "busy", {"metadata": {"labels": {"patched": "same"}}}, namespace)
+    stored = api.get(PODS, "busy", namespace)
+    assert stored["metadata"]["labels"] == {"app": "web", "step": "39", "patched": "same"}
+    assert stored["metadata"]["resourceVersion"] == current["metadata"]["resourceVersion"]

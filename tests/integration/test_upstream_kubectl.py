@@ -6,12 +6,14 @@ user sees: the text kubectl prints, its exit status, and the objects the apiserv
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
 import subprocess
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,8 @@ KUBECTL_VERSIONS = ("1.27", "1.33")
 
 PODS = by_kind("v1", "Pod")
 DEPLOYMENTS = by_kind("apps/v1", "Deployment")
+SERVICES = by_kind("v1", "Service")
+NAMESPACES = by_kind("v1", "Namespace")
 
 
 @dataclass
@@ -430,9 +434,61 @@ def test_create_deployment_imperatively(kubectl, api, namespace):
     kubectl 1.33's clientset sends built-in kinds as protobuf (``Content-Type: application/vnd.kubernetes.protobuf``),
     which the apiserver has to accept as a real one does; 1.27 sends JSON.
     """
-    out = kubectl("create", "deployment", "imp", "--image=nginx:1.25", "--replicas=2")
+    out = kubectl("create", "deployment", "imp", "--image=nginx:1.25", "--replicas=2", "--port=80")
 
     assert out.strip() == "deployment.apps/imp created"
     stored = api.get(DEPLOYMENTS, "imp", namespace)
+    assert stored["metadata"]["labels"] == {"app": "imp"}
     assert stored["spec"]["replicas"] == 2
-    assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.25"
+    assert stored["spec"]["selector"] == {"matchLabels": {"app": "imp"}}
+    assert stored["spec"]["template"]["metadata"]["labels"] == {"app": "imp"}
+    container = stored["spec"]["template"]["spec"]["containers"][0]
+    assert container["name"] == "nginx"
+    assert container["image"] == "nginx:1.25"
+    assert container["ports"][0]["containerPort"] == 80
+    # kubectl's protobuf carries every unset string as "" and every unset int as 0; none of them may land.
+    assert "generateName" not in stored["metadata"]
+    assert "workingDir" not in container
+    assert "minReadySeconds" not in stored["spec"]
+    assert kubectl("get", "deploy", "imp", "-o", "jsonpath={.spec.replicas}") == "2"
+
+    # --replicas=0 is a pointer set to zero, which must survive rather than default to 1.
+    assert kubectl("create", "deployment", "idle", "--image=nginx:1.25", "--replicas=0").strip() == (
+        "deployment.apps/idle created"
+    )
+    assert api.get(DEPLOYMENTS, "idle", namespace)["spec"]["replicas"] == 0
+
+    again = kubectl.run("create", "deployment", "imp", "--image=nginx:1.25")
+    assert again.returncode == 1
+    assert 'deployments.apps "imp" already exists' in again.stderr
+
+
+def test_create_namespace_imperatively(kubectl, api):
+    name = f"imp-ns-{uuid.uuid4().hex[:8]}"
+    try:
+        out = kubectl("create", "namespace", name)
+
+        assert out.strip() == f"namespace/{name} created"
+        stored = api.get(NAMESPACES, name)
+        assert stored["metadata"]["name"] == name
+        assert "namespace" not in stored["metadata"]
+        assert stored["status"]["phase"] == "Active"
+        assert name in names_in(kubectl("get", "namespaces"))
+    finally:
+        with contextlib.suppress(NotFound):
+            api.delete(NAMESPACES, name)
+
+
+def test_create_service_clusterip_imperatively(kubectl, api, namespace):
+    out = kubectl("create", "service", "clusterip", "web", "--tcp=80:8080")
+
+    assert out.strip() == "service/web created"
+    stored = api.get(SERVICES, "web", namespace)
+    assert stored["metadata"]["labels"] == {"app": "web"}
+    assert stored["spec"]["type"] == "ClusterIP"
+    assert stored["spec"]["selector"] == {"app": "web"}
+    assert stored["spec"]["ports"] == [{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080}]
+
+    # A named target port travels as the string half of an IntOrString.
+    assert kubectl("create", "service", "clusterip", "named", "--tcp=81:http").strip() == "service/named created"
+    assert api.get(SERVICES, "named", namespace)["spec"]["ports"][0]["targetPort"] == "http"

@@ -55,8 +55,11 @@ class Storage:
         first = endpoints.split(",")[0].strip()
         parsed = urlparse(first if "://" in first else f"http://{first}")
         self.endpoint = first
+        # gRPC backs off reconnecting for up to two minutes by default; an etcd restart should cost seconds.
+        options = {"grpc.initial_reconnect_backoff_ms": 100, "grpc.min_reconnect_backoff_ms": 100,
+                   "grpc.max_reconnect_backoff_ms": 1000}
         self._client = aetcd.Client(host=parsed.hostname or "127.0.0.1", port=parsed.port or 2379,
-                                    timeout=timeout)
+                                    timeout=timeout, options=options)
 
     async def close(self) -> None:
         await self._client.close()

@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -345,6 +346,9 @@ def test_etcd_outage_is_503_not_a_crash(api, etcd, http):
         assert http.get("/readyz", timeout=30).status_code == 503
     finally:
         etcd.start()
+    deadline = time.monotonic() + 15
+    while http.get("/readyz").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert api.list(PODS, "default")["kind"] == "PodList"
 
 

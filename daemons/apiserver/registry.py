@@ -38,7 +38,8 @@ INITIAL_STATUS: dict[str, Obj] = {
 }
 CREATOR_OWNS_STATUS = {"Node"}
 SYSTEM_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
-MAX_CONFLICT_RETRIES = 8
+# Unconditional writes retry lost compare-and-swap races; the bound only stops a pathological livelock.
+MAX_CONFLICT_RETRIES = 100
 # Strategic merge patch needs patch strategies, which only Kubernetes' own groups define.
 BUILTIN_GROUPS = ("", "apps", "autoscaling")
 
@@ -285,7 +286,7 @@ class Registry:
             patched = self._apply_patch(resource, current, patch_type, body, options.field_manager, options.force)
             self._check_identity(resource, patched, namespace, name)
             patched = self._normalize(resource, patched, namespace)
-            pinned = patched["metadata"].get("resourceVersion")
+            pinned = pinned_version(body)
             if pinned and pinned != current["metadata"]["resourceVersion"]:
                 if fresh:
                     raise errors.conflict(resource.plural, name, resource.group)
@@ -514,6 +515,18 @@ SCALE_VIEW = Resource("Scale", "scale", PODS.model, group="autoscaling", has_sta
 def object_name(obj: Obj) -> str:
     metadata = obj.get("metadata", {})
     return f"{metadata['namespace']}/{metadata.get('name')}" if metadata.get("namespace") else str(metadata.get("name"))
+
+
+def pinned_version(patch: Any) -> str | None:
+    """The resourceVersion a patch insists on (optimistic locking), if any; such a patch is never retried."""
+    if isinstance(patch, dict):
+        version = (patch.get("metadata") or {}).get("resourceVersion")
+        return str(version) if version else None
+    for operation in patch if isinstance(patch, list) else []:
+        if isinstance(operation, dict) and operation.get("path") == "/metadata/resourceVersion" \
+                and operation.get("op") in ("add", "replace", "test"):
+            return str(operation.get("value"))
+    return None
 
 
 def comparable(obj: Obj) -> Obj:

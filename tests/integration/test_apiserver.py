@@ -363,3 +363,26 @@ def test_back_to_back_writes_never_see_a_stale_precondition(api, namespace):
     stored = api.get(PODS, "busy", namespace)
     assert stored["metadata"]["labels"] == {"app": "web", "step": "39", "patched": "same"}
     assert stored["metadata"]["resourceVersion"] == current["metadata"]["resourceVersion"]
+
+
+def test_concurrent_unpinned_patches_all_apply(api, apiserver, namespace):
+    """Patches without a resourceVersion are retried on lost races: every writer's label lands."""
+    api.create(PODS, pod("shared"), namespace)
+    failures = []
+
+    def writer(index):
+        with apiserver.client() as client:
+            for step in range(10):
+                try:
+                    client.patch(PODS, "shared", {"metadata": {"labels": {f"w{index}": str(step)}}}, namespace)
+                except errors.APIError as error:
+                    failures.append(error)
+
+    threads = [threading.Thread(target=writer, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    labels = api.get(PODS, "shared", namespace)["metadata"]["labels"]
+    assert {key: labels[key] for key in ("w0", "w1", "w2", "w3")} == {f"w{i}": "9" for i in range(4)}

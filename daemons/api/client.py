@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ import httpx
 
 from daemons.api import kubeconfig
 from daemons.api.errors import APIError, ConnectionFailed
-from daemons.api.resources import Resource
+from daemons.api.resources import Resource, resolve
 
 PatchType = Literal["merge", "json", "strategic", "apply"]
 PATCH_CONTENT_TYPES: dict[str, str] = {
@@ -193,16 +194,50 @@ class ApiClient:
                 params[key] = value
         path = resource.path(None if all_namespaces else (namespace or self.connection.namespace))
         headers = {"Accept": TABLE_ACCEPT} if table else None
+        with self._stream(path, params, headers) as response:
+            for line in response.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
+
+    def logs(self, name: str, namespace: str | None = None, container: str | None = None,
+             tail_lines: int | None = None, follow: bool = False, previous: bool = False) -> Iterator[bytes]:
+        """A pod container's log, as the kubelet streams it through ``pods/<name>/log``."""
+        params: dict[str, Any] = {"follow": "true" if follow else "false"}
+        if container:
+            params["container"] = container
+        if tail_lines is not None:
+            params["tailLines"] = tail_lines
+        if previous:
+            params["previous"] = "true"
+        with self._stream(_pods().path(namespace or self.connection.namespace, name, "log"), params) as response:
+            yield from response.iter_bytes()
+
+    def exec(self, name: str, command: list[str], namespace: str | None = None,
+             container: str | None = None) -> dict[str, Any]:
+        """Run ``command`` in a pod's container to completion: ``{"exitCode", "stdout", "stderr"}``."""
+        body: dict[str, Any] = {"command": command}
+        if container:
+            body["container"] = container
+        return self.request("POST", _pods().path(namespace or self.connection.namespace, name, "exec"), json=body)
+
+    @contextlib.contextmanager
+    def _stream(self, path: str, params: dict[str, Any],
+                headers: dict[str, str] | None = None) -> Iterator[httpx.Response]:
+        """A streamed GET whose error status raises before any of the body is read."""
         try:
             with self._http.stream("GET", path, params=params, headers=headers, timeout=None) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise_for_status(response)
-                for line in response.iter_lines():
-                    if line.strip():
-                        yield json.loads(line)
+                yield response
         except httpx.ConnectError as error:
             raise self._connect_error(error) from None
+
+
+def _pods() -> Resource:
+    pods = resolve("pods")
+    assert pods is not None
+    return pods
 
 
 def raise_for_status(response: httpx.Response) -> None:

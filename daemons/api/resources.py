@@ -75,7 +75,7 @@ class Resource:
 RESOURCES: tuple[Resource, ...] = (
     Resource("Namespace", "namespaces", models.Namespace, namespaced=False, short_names=("ns",),
              subresources=("status",), name_format="label"),
-    Resource("Pod", "pods", models.Pod, short_names=("po",), subresources=("status", "binding"),
+    Resource("Pod", "pods", models.Pod, short_names=("po",), subresources=("status", "binding", "log", "exec"),
              categories=("all",)),
     Resource("Node", "nodes", models.Node, namespaced=False, short_names=("no",), subresources=("status",)),
     Resource("Service", "services", models.Service, short_names=("svc",), subresources=("status",),

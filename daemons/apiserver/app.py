@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -23,6 +24,7 @@ from daemons.api.resources import Resource, find
 from daemons.apiserver import discovery, openapi, protobuf, tables
 from daemons.apiserver.auth import Authenticator, load_token_file
 from daemons.apiserver.cache import WatchCache
+from daemons.apiserver.kubelet_proxy import KubeletProxy
 from daemons.apiserver.publisher import EventPublisher
 from daemons.apiserver.registry import NAMESPACES, Registry, WriteOptions
 from daemons.apiserver.settings import ApiServerSettings
@@ -151,6 +153,9 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
     storage = Storage(settings.etcd_servers)
     cache = WatchCache(storage)
     registry = Registry(storage, cache)
+    kubelet_token = Path(settings.kubelet_client_token_file).read_text().strip() \
+        if settings.kubelet_client_token_file else None
+    kubelets = KubeletProxy(registry, kubelet_token, settings.kubelet_certificate_authority)
     authenticator = Authenticator(load_token_file(settings.token_auth_file) if settings.token_auth_file else None)
 
     @contextlib.asynccontextmanager
@@ -168,9 +173,11 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            await kubelets.close()
             await storage.close()
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.kubelets = kubelets
 
     @app.exception_handler(errors.APIError)
     async def api_error(_request: Request, error: errors.APIError) -> JSONResponse:
@@ -482,6 +489,25 @@ async def delete_collection(registry: Registry, request: Request, target: Target
     return JSONResponse(list_body(target.resource, deleted, 0) | {"metadata": {}})
 
 
+async def pod_logs(_registry: Registry, request: Request, target: Target) -> Response:
+    assert target.name is not None and target.namespace is not None
+    kubelets: KubeletProxy = request.app.state.kubelets
+    chunks = await kubelets.logs(target.namespace, target.name, dict(request.query_params))
+    return StreamingResponse(chunks, media_type="text/plain")
+
+
+async def pod_exec(_registry: Registry, request: Request, target: Target) -> Response:
+    """Run a command to completion in a pod's container (our kubectl's exec: no terminal, no stdin)."""
+    assert target.name is not None and target.namespace is not None
+    body = await _body(request) if (await request.body()).strip() else {}
+    if not isinstance(body, dict):
+        raise errors.BadRequest("the exec body must be an object with a command list")
+    command = body.get("command") or request.query_params.getlist("command")
+    container = body.get("container") or request.query_params.get("container")
+    kubelets: KubeletProxy = request.app.state.kubelets
+    return JSONResponse(await kubelets.run(target.namespace, target.name, container, command))
+
+
 HANDLERS: dict[tuple[str, bool, str | None], Handler] = {
     ("GET", False, None): list_or_watch,
     ("POST", False, None): create,
@@ -497,4 +523,6 @@ HANDLERS: dict[tuple[str, bool, str | None], Handler] = {
     ("GET", True, "scale"): get_scale,
     ("PUT", True, "scale"): change_scale,
     ("PATCH", True, "scale"): change_scale,
+    ("GET", True, "log"): pod_logs,
+    ("POST", True, "exec"): pod_exec,
 }

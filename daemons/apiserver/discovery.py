@@ -9,7 +9,8 @@ from daemons.api.resources import RESOURCES, groups
 
 GIT_VERSION = "v1.30.0-minik8s"
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"], "binding": ["create"]}
+SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"],
+                     "binding": ["create"], "log": ["get"], "exec": ["create", "get"]}
 
 
 def version_info() -> dict[str, str]:
@@ -77,7 +78,8 @@ def resource_list(group_name: str, version: str) -> dict[str, Any] | None:
                 "name": f"{resource.plural}/{subresource}",
                 "singularName": "",
                 "namespaced": resource.namespaced,
-                "kind": {"scale": "Scale", "binding": "Binding"}.get(subresource, resource.kind),
+                "kind": {"scale": "Scale", "binding": "Binding", "log": "Pod",
+                         "exec": "PodExecOptions"}.get(subresource, resource.kind),
                 "verbs": SUBRESOURCE_VERBS[subresource],
             }
             if subresource == "scale":

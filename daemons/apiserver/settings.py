@@ -19,6 +19,13 @@ class ApiServerSettings(DaemonSettings):
         None, description="static token file (token,user,uid,\"group1,group2\"); without it no authentication"
     )
 
+    kubelet_client_token_file: str | None = Field(
+        None, description="file holding the bearer token presented to kubelets for pods/log and pods/exec"
+    )
+    kubelet_certificate_authority: str | None = Field(
+        None, description="CA bundle to verify kubelets' serving certificates (unverified when absent)"
+    )
+
     @model_validator(mode="after")
     def _tls_pair(self) -> ApiServerSettings:
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):

@@ -1,0 +1,293 @@
+"""The scheduler as it runs in production (the console script, fed by RabbitMQ) against the real apiserver.
+
+Other tests share the apiserver and leave pods pending in their namespaces, so the
+three nodes made here carry a taint unique to this module and the pods made here
+tolerate it and select the nodes' label: nothing else lands on these nodes, and
+these pods land nowhere else.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pika
+import pytest
+
+from daemons.api.client import ApiClient
+from daemons.api.errors import NotFound
+from daemons.api.resources import resolve
+from tests.conftest import ApiServerProcess, RabbitMQProcess, ServiceProcess, free_port
+
+PODS = resolve("pods")
+NODES = resolve("nodes")
+EVENTS = resolve("events")
+LABEL = "minik8s.test/scheduler"
+ZONES = ("a", "b", "c")
+QUEUES = ("scheduler.pods", "scheduler.nodes")
+
+
+class SchedulerProcess(ServiceProcess):
+    """``minik8s-scheduler`` with the apiserver's admin kubeconfig, on RabbitMQ when given its URL."""
+
+    name = "scheduler"
+
+    def __init__(self, workdir: Path, apiserver: ApiServerProcess, *args: str) -> None:
+        super().__init__(workdir)
+        self.apiserver = apiserver
+        self.args = args
+        self.metrics_port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def command(self) -> list[str]:
+        return [str(Path(sys.executable).with_name("minik8s-scheduler")), "--kubeconfig",
+                str(self.apiserver.kubeconfig), "--metrics-port", str(self.metrics_port), *self.args]
+
+    def environment(self) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("MINIK8S_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def is_ready(self) -> bool:
+        return httpx.get(self.metrics_url, timeout=2).status_code == 200
+
+
+def delete_queues(amqp_url: str) -> None:
+    """Drop the scheduler's durable queues, which would otherwise fill with every later test's events."""
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        channel = connection.channel()
+        for queue in QUEUES:
+            channel.queue_delete(queue)
+    finally:
+        connection.close()
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProcess,
+              rabbitmq: RabbitMQProcess) -> Iterator[SchedulerProcess]:
+    process = SchedulerProcess(tmp_path_factory.mktemp("scheduler"), apiserver, "--amqp-url", rabbitmq.url)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        delete_queues(rabbitmq.url)
+
+
+@pytest.fixture(scope="module")
+def cluster(apiserver: ApiServerProcess) -> Iterator[str]:
+    """Three Ready nodes (2 cpu, 4Gi, 110 pods) labelled and tainted with an id unique to this module."""
+    cluster_id = uuid.uuid4().hex[:8]
+    with apiserver.client() as client:
+        for zone in ZONES:
+            name = node_name(cluster_id, zone)
+            client.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": name, "labels": {LABEL: cluster_id, "zone": zone}},
+                "spec": {"taints": [module_taint(cluster_id)]}})
+            client.patch(NODES, name, {"status": {
+                "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+                "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}},
+                subresource="status")
+        try:
+            yield cluster_id
+        finally:
+            for zone in ZONES:
+                with contextlib.suppress(NotFound):
+                    client.delete(NODES, node_name(cluster_id, zone))
+
+
+def node_name(cluster_id: str, zone: str) -> str:
+    return f"sched-{cluster_id}-{zone}"
+
+
+def module_taint(cluster_id: str) -> dict:
+    return {"key": LABEL, "value": cluster_id, "effect": "NoSchedule"}
+
+
+def pod(name: str, cluster_id: str, zone: str | None = None, cpu: str | None = None,
+        tolerations: tuple[dict, ...] = (), scheduler_name: str = "default-scheduler") -> dict:
+    """A pod for this module's nodes only (optionally the one of ``zone``)."""
+    selector = {LABEL: cluster_id, **({"zone": zone} if zone else {})}
+    container = {"name": "main", "image": "busybox", **({"resources": {"requests": {"cpu": cpu}}} if cpu else {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [container], "nodeSelector": selector, "schedulerName": scheduler_name,
+                     "tolerations": [{**module_taint(cluster_id), "operator": "Equal"}, *tolerations]}}
+
+
+def eventually(condition: Callable[[], object], timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return bool(condition())
+
+
+def assigned(api: ApiClient, namespace: str, name: str) -> str:
+    return api.get(PODS, name, namespace)["spec"].get("nodeName") or ""
+
+
+def wait_bound(api: ApiClient, namespace: str, names: list[str], scheduler: SchedulerProcess) -> dict[str, str]:
+    """Each pod's node, once all are bound."""
+    placed: dict[str, str] = {}
+
+    def all_bound() -> bool:
+        placed.update({name: assigned(api, namespace, name) for name in names})
+        return all(placed.values())
+
+    assert eventually(all_bound), f"not all bound: {placed}\n{scheduler.logs()}"
+    return placed
+
+
+def events(api: ApiClient, namespace: str, name: str, reason: str) -> list[dict]:
+    listed = api.list(EVENTS, namespace, field_selector=f"involvedObject.name={name}")["items"]
+    return [item for item in listed if item["reason"] == reason]
+
+
+def refusal(api: ApiClient, namespace: str, cluster_id: str, zone: str, scheduler: SchedulerProcess) -> str:
+    """Probe the node of ``zone`` with pinned pods until one is refused; the FailedScheduling message.
+
+    A probe that gets bound shows the scheduler had not yet seen the change made to the
+    node (node and pod events come through different queues): it is removed, and the next
+    probe asks again.
+    """
+    for attempt in range(10):
+        name = f"probe-{zone}-{attempt}"
+        api.create(PODS, pod(name, cluster_id, zone=zone), namespace)
+        assert eventually(lambda name=name: assigned(api, namespace, name)
+                          or events(api, namespace, name, "FailedScheduling")), scheduler.logs()
+        failed = events(api, namespace, name, "FailedScheduling")
+        if failed:
+            return failed[0]["message"]
+        api.delete(PODS, name, namespace, grace_period_seconds=0)
+    raise AssertionError(f"the scheduler kept binding probes to zone {zone}\n{scheduler.logs()}")
+
+
+def create_pods(api: ApiClient, namespace: str, cluster_id: str, count: int, prefix: str = "p",
+                **kwargs: object) -> list[str]:
+    names = [f"{prefix}{index}" for index in range(count)]
+    for name in names:
+        api.create(PODS, pod(name, cluster_id, **kwargs), namespace)
+    return names
+
+
+def test_pods_are_bound_and_spread_round_robin(scheduler, cluster, api, namespace):
+    names = create_pods(api, namespace, cluster, 6)
+    placed = wait_bound(api, namespace, names, scheduler)
+    assert collections.Counter(placed.values()) == {node_name(cluster, zone): 2 for zone in ZONES}
+    bound = api.get(PODS, "p0", namespace)
+    assert {"type": "PodScheduled", "status": "True"}.items() <= bound["status"]["conditions"][0].items()
+    assert eventually(lambda: events(api, namespace, "p0", "Scheduled"))
+    scheduled = events(api, namespace, "p0", "Scheduled")[0]
+    assert scheduled["message"] == f"Successfully assigned {namespace}/p0 to {placed['p0']}"
+    assert scheduled["source"]["component"] == "default-scheduler"
+    metrics = httpx.get(scheduler.metrics_url, timeout=5).text
+    assert 'minik8s_scheduler_schedule_attempts_total{result="scheduled"}' in metrics
+
+
+def test_a_node_selector_picks_the_node(scheduler, cluster, api, namespace):
+    api.create(PODS, pod("zoned", cluster, zone="b"), namespace)
+    assert wait_bound(api, namespace, ["zoned"], scheduler) == {"zoned": node_name(cluster, "b")}
+
+
+def test_a_pod_too_big_for_every_node_stays_pending(scheduler, cluster, api, namespace):
+    api.create(PODS, pod("huge", cluster, cpu="3"), namespace)
+    assert eventually(lambda: events(api, namespace, "huge", "FailedScheduling")), scheduler.logs()
+    message = events(api, namespace, "huge", "FailedScheduling")[0]["message"]
+    assert message.startswith("0/") and "3 Insufficient cpu" in message, message
+
+    def unschedulable() -> dict | None:
+        conditions = api.get(PODS, "huge", namespace).get("status", {}).get("conditions") or []
+        return next((item for item in conditions if item["type"] == "PodScheduled"), None)
+
+    assert eventually(unschedulable)
+    condition = unschedulable()
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert "Insufficient cpu" in condition["message"]
+    assert assigned(api, namespace, "huge") == ""
+
+
+def test_a_burst_fills_nodes_by_their_requests(scheduler, cluster, api, namespace):
+    names = create_pods(api, namespace, cluster, 6, cpu="1")
+    placed = wait_bound(api, namespace, names, scheduler)
+    assert collections.Counter(placed.values()) == {node_name(cluster, zone): 2 for zone in ZONES}
+    api.create(PODS, pod("one-too-many", cluster, cpu="1"), namespace)
+    assert eventually(lambda: events(api, namespace, "one-too-many", "FailedScheduling")), scheduler.logs()
+    assert "3 Insufficient cpu" in events(api, namespace, "one-too-many", "FailedScheduling")[0]["message"]
+    api.delete(PODS, "p0", namespace, grace_period_seconds=0)
+    assert wait_bound(api, namespace, ["one-too-many"], scheduler) == {"one-too-many": placed["p0"]}
+
+
+def test_a_cordoned_node_gets_no_new_pods(scheduler, cluster, api, namespace):
+    cordoned = node_name(cluster, "a")
+    api.patch(NODES, cordoned, {"spec": {"unschedulable": True}})
+    try:
+        assert "node(s) were unschedulable" in refusal(api, namespace, cluster, "a", scheduler)
+        placed = wait_bound(api, namespace, create_pods(api, namespace, cluster, 4), scheduler)
+        assert cordoned not in placed.values()
+    finally:
+        api.patch(NODES, cordoned, {"spec": {"unschedulable": None}})
+
+
+def test_a_not_ready_node_gets_nothing(scheduler, cluster, api, namespace):
+    sick = node_name(cluster, "b")
+    api.patch(NODES, sick, {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, subresource="status")
+    try:
+        assert "node(s) were not ready" in refusal(api, namespace, cluster, "b", scheduler)
+        placed = wait_bound(api, namespace, create_pods(api, namespace, cluster, 4), scheduler)
+        assert sick not in placed.values()
+    finally:
+        api.patch(NODES, sick, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+                  subresource="status")
+
+
+def test_a_tainted_node_takes_only_tolerating_pods(scheduler, cluster, api, namespace):
+    tainted = node_name(cluster, "c")
+    dedicated = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    api.patch(NODES, tainted, {"spec": {"taints": [module_taint(cluster), dedicated]}})
+    try:
+        assert "node(s) had untolerated taint {dedicated: ml}" in refusal(api, namespace, cluster, "c", scheduler)
+        placed = wait_bound(api, namespace, create_pods(api, namespace, cluster, 4), scheduler)
+        assert tainted not in placed.values()
+        toleration = {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}
+        api.create(PODS, pod("tolerant", cluster, zone="c", tolerations=(toleration,)), namespace)
+        assert wait_bound(api, namespace, ["tolerant"], scheduler) == {"tolerant": tainted}
+    finally:
+        api.patch(NODES, tainted, {"spec": {"taints": [module_taint(cluster)]}})
+
+
+def test_scheduling_goes_on_across_broker_and_apiserver_restarts(scheduler, cluster, rabbitmq, apiserver, api,
+                                                                  namespace):
+    rabbitmq.stop()
+    try:
+        api.create(PODS, pod("while-broker-down", cluster), namespace)
+    finally:
+        rabbitmq.start()
+    wait_bound(api, namespace, ["while-broker-down"], scheduler)
+    apiserver.kill()
+    apiserver.start()
+    api.create(PODS, pod("after-apiserver-restart", cluster), namespace)
+    wait_bound(api, namespace, ["after-apiserver-restart"], scheduler)
+
+
+def test_a_second_scheduler_on_the_http_watch_takes_only_its_own_pods(scheduler, cluster, apiserver, api, namespace,
+                                                                      tmp_path):
+    other = SchedulerProcess(tmp_path, apiserver, "--scheduler-name", "other-scheduler", "--strategy", "LeastPods")
+    other.start()
+    try:
+        api.create(PODS, pod("for-other", cluster, scheduler_name="other-scheduler"), namespace)
+        wait_bound(api, namespace, ["for-other"], other)
+        assert eventually(lambda: events(api, namespace, "for-other", "Scheduled")), other.logs()
+        assert events(api, namespace, "for-other", "Scheduled")[0]["source"]["component"] == "other-scheduler"
+        assert "for-other" not in scheduler.log_file.read_text()
+    finally:
+        other.stop()

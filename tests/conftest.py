@@ -18,6 +18,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import docker as docker_sdk
 import httpx
 import pika
 import pytest
@@ -634,3 +636,49 @@ def namespace(api: ApiClient) -> Iterator[str]:
     finally:
         with contextlib.suppress(NotFound):
             api.delete(resource, name)
+
+
+# --- Docker (kubelet tests) ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def docker() -> Iterator[docker_sdk.DockerClient]:
+    """The machine's Docker; when nothing answers on /var/run/docker.sock, a dockerd started in the background.
+
+    A dockerd started here is left running afterwards, like the system service it stands in for.
+    """
+    try:
+        client = docker_sdk.from_env(timeout=120)
+    except docker_sdk.errors.DockerException:
+        if not shutil.which("dockerd"):
+            pytest.skip("no Docker daemon answers and dockerd is not installed")
+        log = (Path(tempfile.gettempdir()) / "minik8s-test-dockerd.log").open("ab")
+        subprocess.Popen(["dockerd"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+        deadline = time.monotonic() + 60
+        while subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"dockerd did not start\n{tail(Path(log.name))}") from None
+            time.sleep(0.5)
+        client = docker_sdk.from_env(timeout=120)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def kubelet_images(docker: docker_sdk.DockerClient) -> dict[str, str]:
+    """``pause:latest`` and ``busybox:latest`` as daemons.kubelet.images builds them (rebuilt if someone else's)."""
+    from daemons.kubelet import images
+
+    built = {}
+    for name in ("pause", "busybox"):
+        try:
+            labels = docker.images.get(f"{name}:latest").labels or {}
+        except docker_sdk.errors.ImageNotFound:
+            labels = {}
+        built[name] = f"{name}:latest"
+        if images.BUILT_BY_LABEL not in labels:
+            images.build(name, docker)
+    return built

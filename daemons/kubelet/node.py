@@ -1,0 +1,204 @@
+"""This node's Node object: registration from the node config, and the Ready heartbeat.
+
+The object and its status are built by pure functions from a ``HostInfo``
+snapshot; ``NodeReporter`` creates or updates the Node once and then posts
+the status through ``nodes/<name>/status`` every ``--status-interval``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from daemons.api.client import ApiClient
+from daemons.api.errors import AlreadyExists, APIError, ConnectionFailed
+from daemons.api.resources import by_kind
+from daemons.kubelet.settings import NodeConfig
+from daemons.kubelet.status import rfc3339
+
+log = logging.getLogger(__name__)
+
+NODES = by_kind("v1", "Node")
+KUBELET_VERSION = "v1.30.0-minik8s"
+MAX_PODS = "110"
+ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386", "ppc64le": "ppc64le",
+                 "s390x": "s390x"}
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """What the node reports about the machine it runs on."""
+
+    hostname: str
+    cpus: int
+    memory_kib: int
+    os_image: str
+    kernel_version: str
+    architecture: str
+    machine_id: str = ""
+    boot_id: str = ""
+
+
+def parse_meminfo(text: str) -> int:
+    """MemTotal in KiB from /proc/meminfo."""
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1])
+    raise ValueError("no MemTotal in /proc/meminfo")
+
+
+def parse_os_release(text: str) -> str:
+    """PRETTY_NAME from /etc/os-release."""
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "PRETTY_NAME":
+            return value.strip().strip('"')
+    return "Linux"
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def host_info() -> HostInfo:
+    """Read the machine's CPUs, memory, OS and kernel."""
+    return HostInfo(
+        hostname=socket.gethostname(),
+        cpus=os.cpu_count() or 1,
+        memory_kib=parse_meminfo(_read("/proc/meminfo")),
+        os_image=parse_os_release(_read("/etc/os-release")),
+        kernel_version=platform.release(),
+        architecture=ARCHITECTURES.get(platform.machine(), platform.machine()),
+        machine_id=_read("/etc/machine-id").strip(),
+        boot_id=_read("/proc/sys/kernel/random/boot_id").strip(),
+    )
+
+
+def node_labels(config: NodeConfig, info: HostInfo) -> dict[str, str]:
+    return {"kubernetes.io/hostname": config.name, "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": info.architecture, **config.node_labels()}
+
+
+def node_object(config: NodeConfig, info: HostInfo) -> dict[str, Any]:
+    """The Node to create: name, labels and taints from the config."""
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": config.name, "labels": node_labels(config, info)},
+            "spec": {"taints": config.taints_json()} if config.taints else {}}
+
+
+def merged_taints(current: list[dict[str, Any]] | None, wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The node's taints plus the configured ones it lacks (by key and effect); taints others added stay."""
+    result = list(current or [])
+    present = {(taint.get("key"), taint.get("effect")) for taint in result}
+    result += [taint for taint in wanted if (taint.get("key"), taint.get("effect")) not in present]
+    return result
+
+
+def ready_condition(ready: bool, message: str, now: datetime,
+                    previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The Ready condition, keeping its lastTransitionTime while its status stays the same."""
+    status = "True" if ready else "False"
+    stamp = rfc3339(now)
+    since = (previous or {}).get("lastTransitionTime") if (previous or {}).get("status") == status else None
+    return {"type": "Ready", "status": status, "reason": "KubeletReady" if ready else "KubeletNotReady",
+            "message": message, "lastHeartbeatTime": stamp, "lastTransitionTime": since or stamp}
+
+
+def node_status(info: HostInfo, address: str, port: int, runtime_version: str, ready: bool, message: str,
+                now: datetime, previous_ready: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The status the kubelet posts: capacity, addresses, node info, endpoint and the Ready condition."""
+    capacity = {"cpu": str(info.cpus), "memory": f"{info.memory_kib}Ki", "pods": MAX_PODS}
+    return {
+        "capacity": capacity,
+        "allocatable": dict(capacity),
+        "conditions": [ready_condition(ready, message, now, previous_ready)],
+        "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": info.hostname}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+        "nodeInfo": {
+            "machineID": info.machine_id, "systemUUID": info.machine_id, "bootID": info.boot_id,
+            "kernelVersion": info.kernel_version, "osImage": info.os_image,
+            "containerRuntimeVersion": f"docker://{runtime_version}", "kubeletVersion": KUBELET_VERSION,
+            "kubeProxyVersion": KUBELET_VERSION, "operatingSystem": "linux", "architecture": info.architecture,
+        },
+    }
+
+
+class NodeReporter:
+    """Registers the Node and keeps posting its status until stopped."""
+
+    def __init__(self, client: ApiClient, config: NodeConfig, address: str, port: int, interval: float,
+                 runtime_version: Callable[[], str | None]) -> None:
+        assert NODES is not None
+        self.client = client
+        self.config = config
+        self.address = address
+        self.port = port
+        self.interval = interval
+        self.runtime_version = runtime_version
+        self.info = host_info()
+        self._previous_ready: dict[str, Any] | None = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="node-status", daemon=True)
+
+    def register(self) -> None:
+        """Create the Node, or bring an existing one's labels and taints in line with the config."""
+        assert NODES is not None
+        wanted = node_object(self.config, self.info)
+        try:
+            self.client.create(NODES, wanted)
+            log.info("registered node %s", self.config.name)
+            return
+        except AlreadyExists:
+            pass
+        current = self.client.get(NODES, self.config.name)
+        patch: dict[str, Any] = {"metadata": {"labels": wanted["metadata"]["labels"]}}
+        taints = merged_taints((current.get("spec") or {}).get("taints"), self.config.taints_json())
+        if taints:
+            patch["spec"] = {"taints": taints}
+        self.client.patch(NODES, self.config.name, patch)
+        ready = [c for c in (current.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+        self._previous_ready = ready[0] if ready else None
+        log.info("updated existing node %s", self.config.name)
+
+    def post_status(self) -> None:
+        """One heartbeat: the whole status, Ready unless Docker does not answer."""
+        assert NODES is not None
+        version = self.runtime_version()
+        ready = version is not None
+        message = "kubelet is posting ready status" if ready else "container runtime is down"
+        status = node_status(self.info, self.address, self.port, version or "unknown", ready, message,
+                             datetime.now(UTC), self._previous_ready)
+        self.client.patch(NODES, self.config.name, {"status": status}, subresource="status")
+        self._previous_ready = status["conditions"][0]
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _loop(self) -> None:
+        registered = False
+        while True:
+            try:
+                if not registered:
+                    self.register()
+                    registered = True
+                self.post_status()
+            except (APIError, ConnectionFailed) as error:
+                log.warning("node %s: status not posted: %s", self.config.name, error)
+            except Exception:
+                log.exception("node %s: status not posted", self.config.name)
+            if self._stopping.wait(self.interval):
+                return

@@ -1,0 +1,85 @@
+"""The kubelet's flags and its node config file (name, labels, taints, roles, address)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from daemons.api import models
+from daemons.machinery.settings import DaemonSettings
+
+ROLE_LABEL_PREFIX = "node-role.kubernetes.io/"
+
+
+class KubeletSettings(DaemonSettings):
+    """minik8s-kubelet: registers this node and runs the pods bound to it in Docker."""
+
+    node_config: str = Field(..., description="YAML file with the node's name, labels, taints, roles and address")
+    port: int = Field(10250, ge=1, le=65535, description="port of the kubelet's HTTPS API (logs, exec)")
+    bind_address: str = Field("0.0.0.0", description="address the kubelet's HTTPS API listens on")
+    tls_cert_file: str | None = Field(
+        None, description="certificate of the HTTPS API; without it one is self-signed under the root dir"
+    )
+    tls_private_key_file: str | None = Field(None, description="private key of --tls-cert-file")
+    authentication_token_file: str | None = Field(
+        None, description="bearer tokens the HTTPS API accepts, one per line (without it only /healthz answers)"
+    )
+    root_dir: str = Field("/var/lib/minik8s/kubelet", description="state directory: emptyDir volumes, certificates")
+    docker_url: str = Field("unix:///var/run/docker.sock", description="Docker Engine API endpoint")
+    pod_infra_image: str = Field("pause:latest", description="image of the pause container holding a pod's namespaces")
+    status_interval: float = Field(10.0, gt=0, description="seconds between node status heartbeats")
+    resync_seconds: float = Field(30.0, ge=0, description="seconds between full resyncs of the pods on this node")
+    cluster_dns: list[str] = Field(default_factory=list, description="DNS servers for pods (Docker's --dns)")
+    cluster_domain: str | None = Field(None, description="cluster domain, e.g. cluster.local (pods' DNS search)")
+    workers: int = Field(4, ge=1, description="pods synced in parallel")
+
+
+class NodeConfig(BaseModel):
+    """The node config file: who this node is, as the installer wrote it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[models.Taint] = Field(default_factory=list)
+    roles: list[str] = Field(default_factory=list)
+    address: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _dns_name(cls, value: str) -> str:
+        return models.check_dns1123_subdomain(value)
+
+    def node_labels(self) -> dict[str, str]:
+        """The config's labels plus one ``node-role.kubernetes.io/<role>`` label per role."""
+        return {**self.labels, **{ROLE_LABEL_PREFIX + role: "" for role in self.roles}}
+
+    def taints_json(self) -> list[dict[str, Any]]:
+        return [taint.wire() for taint in self.taints]
+
+
+def primary_ipv4() -> str:
+    """The source address of the default route (no packet is sent); loopback when there is no route."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("203.0.113.1", 9))  # TEST-NET-3: routed by default, never sent
+            return probe.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+def load_node_config(path: str | Path) -> NodeConfig:
+    """Read and validate the node config file; errors name the file and the field."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ValueError(f"cannot read node config {path}: {error}") from None
+    try:
+        return NodeConfig.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, item['loc']))}: {item['msg']}" for item in error.errors())
+        raise ValueError(f"node config {path}: {problems}") from None

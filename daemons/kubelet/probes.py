@@ -110,8 +110,10 @@ def run_probe(spec: ProbeSpec, pod_ip: str, container_id: str, exec_: Exec) -> t
     try:
         if spec.action == "exec":
             code, stdout, stderr = exec_(container_id, list(spec.command), spec.timeout)
+            if code == 0:
+                return True, ""
             output = (stdout + stderr).decode(errors="replace").strip()
-            return code == 0, output or f"command {list(spec.command)} exited with {code}"
+            return False, output or f"command {list(spec.command)} exited with {code}"
         host = spec.host or pod_ip
         if spec.action == "tcpSocket":
             with socket.create_connection((host, spec.port), timeout=spec.timeout):

@@ -93,12 +93,10 @@ def observe(attrs: Mapping[str, Any]) -> ObservedContainer:
     )
 
 
-def image_reference(image: str) -> tuple[str, str | None]:
-    """Repository and tag (``latest`` when none) of an image name; a digest reference keeps no tag."""
+def image_reference(image: str) -> tuple[str, str]:
+    """Repository and tag of an image name: ``latest`` when none, the digest for ``name@sha256:...``."""
     repository, tag = parse_repository_tag(image)
-    if tag is None and "@" not in image:
-        tag = "latest"
-    return repository, tag
+    return repository, tag or "latest"
 
 
 class DockerRuntime:

@@ -19,17 +19,18 @@ from pathlib import Path
 from types import FrameType
 
 from daemons.api.client import ApiClient
+from daemons.api.errors import APIError, ConnectionFailed
 from daemons.api.resources import by_kind
 from daemons.kubelet.decisions import PodContainers
+from daemons.kubelet.events import BackgroundRecorder
 from daemons.kubelet.node import NodeReporter
-from daemons.kubelet.pods import PodSyncer
+from daemons.kubelet.pods import PodSyncer, docker_message
 from daemons.kubelet.probes import ProbeKind, ProbeManager
 from daemons.kubelet.runtime import DOCKER_ERRORS, DockerRuntime
 from daemons.kubelet.server import KubeletServer, NoPrevious, NotOnNode, ensure_certificate, load_tokens
 from daemons.kubelet.settings import KubeletSettings, NodeConfig, load_node_config, primary_ipv4
 from daemons.kubelet.spec import LABEL_POD_NAME, LABEL_POD_NAMESPACE
-from daemons.machinery.controller import Controller
-from daemons.machinery.events import EventRecorder
+from daemons.machinery.controller import Controller, TemporaryError
 from daemons.machinery.informer import Informer
 from daemons.machinery.log import setup_logging
 from daemons.machinery.settings import parse_settings
@@ -51,7 +52,7 @@ class Kubelet:
         self.address = config.address or primary_ipv4()
         self.runtime = runtime
         self.client = ApiClient.from_config(settings.kubeconfig, user_agent=f"minik8s-kubelet/{self.node_name}")
-        self.recorder = EventRecorder(self.client, "kubelet", self.node_name)
+        self.recorder = BackgroundRecorder(self.client, "kubelet", self.node_name)
         self.informer = Informer(
             self.client, PODS, field_selector=f"spec.nodeName={self.node_name}", amqp_url=settings.amqp_url,
             queue_name=f"kubelet.{self.node_name}.pods", resync_seconds=settings.resync_seconds)
@@ -79,7 +80,13 @@ class Kubelet:
     # --- glue ---------------------------------------------------------------------------------------
 
     def _sync(self, key: str) -> None:
-        self.syncer.sync(key)
+        """One pod's sync; Docker or the apiserver failing is a retry, not a traceback."""
+        try:
+            self.syncer.sync(key)
+        except DOCKER_ERRORS as error:
+            raise TemporaryError(f"container runtime: {docker_message(error)}") from None
+        except (APIError, ConnectionFailed) as error:
+            raise TemporaryError(f"apiserver: {error}") from None
 
     def _on_probe_result(self, key: str, container: str, kind: ProbeKind, ok: bool, message: str,
                          changed: bool) -> None:

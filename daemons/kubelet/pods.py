@@ -442,13 +442,12 @@ class PodSyncer:
 
         Call it only once the informer has synced, or every container would look orphaned.
         """
-        containers = self.runtime.node_containers()
+        with_containers = self.runtime.node_pods()
         pods = {key_of(pod): str(pod["metadata"].get("uid")) for pod in self.pods.list()}
-        for container in containers:
-            key = f"{container.pod_namespace}/{container.pod_name}"
-            if pods.get(key) != container.pod_uid:
-                self.requeue(key, 0.0)
-        known = set(pods.values()) | {c.pod_uid for c in containers}
+        for namespace, name, uid in with_containers:
+            if pods.get(f"{namespace}/{name}") != uid:
+                self.requeue(f"{namespace}/{name}", 0.0)
+        known = set(pods.values()) | {uid for _, _, uid in with_containers}
         folder = Path(self.root_dir, "pods")
         if not folder.is_dir():
             return

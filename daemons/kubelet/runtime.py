@@ -120,19 +120,26 @@ class DockerRuntime:
 
     # --- containers -------------------------------------------------------------------------------
 
+    def _summaries(self, labels: list[str]) -> list[dict[str, Any]]:
+        return self.client.api.containers(all=True, filters={"label": [f"{LABEL_NODE}={self.node_name}", *labels]})
+
     def _list(self, labels: list[str]) -> list[ObservedContainer]:
         found = []
-        for summary in self.client.api.containers(all=True, filters={"label": [f"{LABEL_NODE}={self.node_name}",
-                                                                              *labels]}):
+        for summary in self._summaries(labels):
             try:
                 found.append(observe(self.client.api.inspect_container(summary["Id"])))
             except docker.errors.NotFound:
                 continue  # removed between the listing and the inspection
         return found
 
-    def node_containers(self) -> list[ObservedContainer]:
-        """Every container of this node's pods, running or not."""
-        return self._list([])
+    def node_pods(self) -> set[tuple[str, str, str]]:
+        """(namespace, name, uid) of every pod that has containers on this node, running or not."""
+        pods = set()
+        for summary in self._summaries([]):
+            labels = summary.get("Labels") or {}
+            pods.add((labels.get(LABEL_POD_NAMESPACE, ""), labels.get(LABEL_POD_NAME, ""),
+                      labels.get(LABEL_POD_UID, "")))
+        return pods
 
     def pod_containers(self, namespace: str, name: str) -> list[ObservedContainer]:
         """The containers of pod ``namespace/name`` (of any uid: an older pod of the same name included)."""

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import docker.errors
+
 from daemons.kubelet.runtime import DOCKER_ERRORS, DockerRuntime
 
 log = logging.getLogger(__name__)
@@ -209,13 +211,20 @@ class KubeletServer:
                         self._logs(route)
                 except NotOnNode as error:
                     self._fail(404, "NotFound", str(error))
-                except NoPrevious as error:
-                    self._fail(400, "BadRequest", str(error))
-                except ValueError as error:
+                except (NoPrevious, ValueError) as error:
                     self._fail(400, "BadRequest", str(error))
                 except DOCKER_ERRORS as error:
-                    log.warning("%s/%s: %s %s failed: %s", route.namespace, route.pod, route.action, route.container,
-                                error)
+                    self._runtime_failed(route, error)
+
+            def _runtime_failed(self, route: Route, error: Exception) -> None:
+                where = f'container "{route.container}" in pod "{route.pod}"'
+                if isinstance(error, docker.errors.NotFound):
+                    self._fail(404, "NotFound", f"{where} is gone")
+                elif isinstance(error, docker.errors.APIError) and error.status_code == 409:
+                    self._fail(409, "Conflict", f"{where} is not running")
+                else:
+                    log.warning("%s/%s: %s in container %s failed: %s", route.namespace, route.pod, route.action,
+                                route.container, error)
                     self._fail(500, "InternalError", f"container runtime: {error}")
 
             def _logs(self, route: Route) -> None:

@@ -35,7 +35,7 @@ class KubeletSettings(DaemonSettings):
     resync_seconds: float = Field(30.0, ge=0, description="seconds between full resyncs of the pods on this node")
     cluster_dns: list[str] = Field(default_factory=list, description="DNS servers for pods (Docker's --dns)")
     cluster_domain: str | None = Field(None, description="cluster domain, e.g. cluster.local (pods' DNS search)")
-    workers: int = Field(4, ge=1, description="pods synced in parallel")
+    workers: int = Field(8, ge=1, description="pods synced in parallel")
 
 
 class NodeConfig(BaseModel):

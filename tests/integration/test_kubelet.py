@@ -304,6 +304,9 @@ def test_restart_policy_never_ends_the_pod(kubelet: KubeletProcess, api: ApiClie
     wait_for(lambda: not pod_containers(docker, kubelet.node_name, namespace, "ok"), 10, "the sandbox to stop")
     time.sleep(1)
     assert container_status(api, namespace, "bad", "main")["restartCount"] == 0
+    stopped = kubelet.api("POST", f"/run/{namespace}/bad/main", json={"command": ["true"]})
+    assert (stopped.status_code, stopped.json()["reason"]) == (409, "Conflict")
+    assert kubelet.api("GET", f"/containerLogs/{namespace}/bad/main").status_code == 200
 
 
 def test_container_over_its_memory_limit_is_oom_killed(kubelet: KubeletProcess, api: ApiClient,

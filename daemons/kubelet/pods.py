@@ -144,9 +144,7 @@ class PodSyncer:
                 self.recorder.record(pod, "Normal", "Killing", f"Stopping container {container.name}",
                                      field_path(container.name))
         self.probes.retain(key, set())
-        apps = [c for c in containers if c.kind == podspec.KIND_APP]
-        self._stop(apps, float(grace))
-        self._remove(containers, 0)
+        self._remove(containers, float(grace))
         self._remove_pod_dir(str(metadata["uid"]))
         assert PODS is not None
         try:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from daemons.api import models
 from daemons.machinery.settings import DaemonSettings
@@ -36,6 +36,12 @@ class KubeletSettings(DaemonSettings):
     cluster_dns: list[str] = Field(default_factory=list, description="DNS servers for pods (Docker's --dns)")
     cluster_domain: str | None = Field(None, description="cluster domain, e.g. cluster.local (pods' DNS search)")
     workers: int = Field(8, ge=1, description="pods synced in parallel")
+
+    @model_validator(mode="after")
+    def _certificate_and_key_together(self) -> KubeletSettings:
+        if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
+            raise ValueError("--tls-cert-file and --tls-private-key-file go together")
+        return self
 
 
 class NodeConfig(BaseModel):

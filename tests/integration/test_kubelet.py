@@ -242,6 +242,25 @@ def test_pod_containers_share_network_and_volume(kubelet: KubeletProcess, api: A
     assert server.attrs["HostConfig"]["NetworkMode"] == f"container:{pause_id}"
 
 
+def test_security_context_and_host_path(kubelet: KubeletProcess, api: ApiClient, namespace: str,
+                                       tmp_path: Path) -> None:
+    host_dir = tmp_path / "made-by-kubelet"
+    api.create(PODS, make_pod("secure", kubelet.node_name, [
+        busybox("main", "id > /scratch/id; while true; do sleep 1; done", securityContext={"runAsUser": 1000},
+                volumeMounts=[{"name": "host", "mountPath": "/host"}, {"name": "scratch", "mountPath": "/scratch"}])],
+        securityContext={"runAsUser": 2000, "runAsGroup": 3000, "fsGroup": 2000, "supplementalGroups": [4000]},
+        volumes=[{"name": "host", "hostPath": {"path": str(host_dir), "type": "DirectoryOrCreate"}},
+                 {"name": "scratch", "emptyDir": {}}]), namespace)
+    running_pod(api, namespace, "secure")
+    assert host_dir.is_dir()
+    uid = api.get(PODS, "secure", namespace)["metadata"]["uid"]
+    written = kubelet.root_dir / "pods" / uid / "volumes" / "scratch" / "id"
+    identity = wait_for(lambda: written.exists() and written.read_text(), 20, "the container to write its id")
+    assert identity.startswith("uid=1000 gid=3000"), identity
+    assert {"2000", "4000"} <= {group.split("(")[0] for group in identity.split("groups=")[1].strip().split(",")}
+    assert written.stat().st_gid == 2000  # the emptyDir belongs to the fsGroup
+
+
 def test_logs_and_exec_through_the_kubelet_api(kubelet: KubeletProcess, api: ApiClient, namespace: str) -> None:
     api.create(PODS, make_pod("talk", kubelet.node_name, [
         busybox("main", "echo one; echo two; echo three >&2; while true; do sleep 1; done")]), namespace)

@@ -651,7 +651,8 @@ def docker() -> Iterator[docker_sdk.DockerClient]:
         client = docker_sdk.from_env(timeout=120)
     except docker_sdk.errors.DockerException:
         if not shutil.which("dockerd"):
-            pytest.skip("no Docker daemon answers and dockerd is not installed")
+            pytest.fail("no Docker daemon answers and dockerd is not installed: run scripts/test.sh, which installs "
+                        "the cluster (Docker included) first")
         log = (Path(tempfile.gettempdir()) / "minik8s-test-dockerd.log").open("ab")
         subprocess.Popen(["dockerd"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                          start_new_session=True)

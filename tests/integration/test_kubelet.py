@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ import yaml
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
 from daemons.api.resources import by_kind
-from tests.conftest import REPO_ROOT, ApiServerProcess, RabbitMQProcess, ServiceProcess, free_port
+from tests.conftest import REPO_ROOT, ApiServerProcess, RabbitMQProcess, ServiceProcess, free_port, upstream_kubectls
 
 PODS = by_kind("v1", "Pod")
 NODES = by_kind("v1", "Node")
@@ -422,3 +423,31 @@ def test_restarted_kubelet_adopts_running_containers(kubelet: KubeletProcess, ap
     status = running_pod(api, namespace, "keep")
     assert status["containerStatuses"][0]["restartCount"] == 0
     assert status["containerStatuses"][0]["containerID"] == f"docker://{before['main']}"
+
+
+def test_kubectl_logs_and_exec_through_the_apiserver(kubelet: KubeletProcess, api: ApiClient, namespace: str,
+                                                    apiserver_factory: Callable[..., ApiServerProcess],
+                                                    tmp_path: Path) -> None:
+    """Our kubectl (logs, exec) and upstream kubectl (logs) reach the container via the apiserver's proxy."""
+    token_file = tmp_path / "kubelet-client-token"
+    token_file.write_text(kubelet.token)
+    proxying = apiserver_factory(extra_args=["--kubelet-client-token-file", str(token_file)])
+    api.create(PODS, make_pod("chatty", kubelet.node_name, [busybox("main", "echo hello from chatty; sleep 3600")]),
+               namespace)
+    running_pod(api, namespace, "chatty")
+
+    def kubectl(binary: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([binary, "--kubeconfig", str(proxying.kubeconfig), "-n", namespace, *args],
+                              capture_output=True, text=True, timeout=60)
+
+    ours = str(Path(sys.executable).with_name("kubectl"))
+    logs = wait_for(lambda: kubectl(ours, "logs", "chatty").stdout, what="the pod's log through the apiserver")
+    assert logs == "hello from chatty\n"
+    result = kubectl(ours, "exec", "chatty", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert (result.returncode, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    wrong = kubectl(ours, "logs", "chatty", "-c", "nope")
+    assert (wrong.returncode, wrong.stderr) == (
+        1, "Error from server (BadRequest): container nope is not valid for pod chatty\n")
+    for binary in upstream_kubectls().values():
+        upstream = kubectl(str(binary), "logs", "chatty", "--tail", "1")
+        assert (upstream.returncode, upstream.stdout) == (0, "hello from chatty\n"), upstream.stderr

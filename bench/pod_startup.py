@@ -76,14 +76,18 @@ def measure_pods(client: ApiClient, namespace: str, count: int, image: str, time
 
 
 def measure_docker(count: int, image: str) -> list[float]:
+    """``docker run -d`` of ``count`` containers at once, as the pods are created: each one's time to started."""
     label = f"minik8s-bench={uuid.uuid4().hex[:8]}"
-    durations = []
+
+    def run(_index: int) -> float:
+        begin = time.perf_counter()
+        subprocess.run(["docker", "run", "-d", "--label", label, image, "sleep", "3600"], check=True,
+                       capture_output=True)
+        return time.perf_counter() - begin
+
     try:
-        for _ in range(count):
-            begin = time.perf_counter()
-            subprocess.run(["docker", "run", "-d", "--label", label, image, "sleep", "3600"], check=True,
-                           capture_output=True)
-            durations.append(time.perf_counter() - begin)
+        with ThreadPoolExecutor(max_workers=min(count, 16)) as pool:
+            durations = list(pool.map(run, range(count)))
     finally:
         ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True,
                              text=True).stdout.split()
@@ -115,7 +119,7 @@ def main() -> None:
     print(f"pod startup: {args.pods} pods of {args.image} created at once, create -> Running seen by watch\n")
     print(f"{'':<28}{'n':>5}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
     print(row("pod create -> Running", pods))
-    print(row("bare docker run -d", docker))
+    print(row("bare docker run -d (at once)", docker))
     pod_p99, docker_p99 = percentile(pods, 0.99), percentile(docker, 0.99)
     ratio = pod_p99 / docker_p99
     print(f"\npod p99 {pod_p99:.2f} s: {'meets' if pod_p99 <= 2 else 'MISSES'} target <= 2 s; "

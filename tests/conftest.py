@@ -469,6 +469,15 @@ def make_pki(directory: Path) -> Pki:
     return Pki(directory, ca_file, ca_key, cert_file, key_file, token_file)
 
 
+def daemon_environment() -> dict[str, str]:
+    """The environment of a minik8s daemon under test: this checkout importable, unbuffered logs, and none of
+    the caller's ``MINIK8S_*`` settings, which would override the flags the test gives."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MINIK8S_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 def apiserver_command() -> list[str]:
     """The installed console script beside this interpreter, else the module."""
     script = Path(sys.executable).with_name("minik8s-apiserver")
@@ -521,11 +530,7 @@ class ApiServerProcess(ServiceProcess):
         ]
 
     def environment(self) -> dict[str, str]:
-        # MINIK8S_* settings of the caller's shell would override the flags.
-        env = {key: value for key, value in os.environ.items() if not key.startswith("MINIK8S_")}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
-        return env
+        return daemon_environment()
 
     def is_ready(self) -> bool:
         context = ssl.create_default_context(cafile=self.ca_file)

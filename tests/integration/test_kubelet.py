@@ -25,7 +25,14 @@ import yaml
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
 from daemons.api.resources import by_kind
-from tests.conftest import REPO_ROOT, ApiServerProcess, RabbitMQProcess, ServiceProcess, free_port, upstream_kubectls
+from tests.conftest import (
+    ApiServerProcess,
+    RabbitMQProcess,
+    ServiceProcess,
+    daemon_environment,
+    free_port,
+    upstream_kubectls,
+)
 
 PODS = by_kind("v1", "Pod")
 NODES = by_kind("v1", "Node")
@@ -69,10 +76,7 @@ class KubeletProcess(ServiceProcess):
         ]
 
     def environment(self) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("MINIK8S_")}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
-        return env
+        return daemon_environment()
 
     def is_ready(self) -> bool:
         return httpx.get(f"https://127.0.0.1:{self.port}/healthz", verify=False, timeout=2).status_code == 200

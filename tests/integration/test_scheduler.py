@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import sys
 import time
 import uuid
@@ -24,7 +23,7 @@ import pytest
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
 from daemons.api.resources import resolve
-from tests.conftest import ApiServerProcess, RabbitMQProcess, ServiceProcess, free_port
+from tests.conftest import ApiServerProcess, RabbitMQProcess, ServiceProcess, daemon_environment, free_port
 
 PODS = resolve("pods")
 NODES = resolve("nodes")
@@ -51,9 +50,7 @@ class SchedulerProcess(ServiceProcess):
                 str(self.apiserver.kubeconfig), "--metrics-port", str(self.metrics_port), *self.args]
 
     def environment(self) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("MINIK8S_")}
-        env["PYTHONUNBUFFERED"] = "1"
-        return env
+        return daemon_environment()
 
     def is_ready(self) -> bool:
         return httpx.get(self.metrics_url, timeout=2).status_code == 200

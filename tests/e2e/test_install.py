@@ -113,8 +113,7 @@ def test_our_kubectl_shows_this_node_ready(installed):
 
 def test_upstream_kubectl_reads_roots_kubeconfig(installed):
     kubectls = upstream_kubectls()
-    if not kubectls:
-        pytest.skip("no upstream kubectl on this machine (scripts/test.sh installs one)")
+    assert kubectls, "no upstream kubectl on this machine: run scripts/test.sh, which installs one"
     binary = kubectls.get("1.33") or next(iter(kubectls.values()))
     # No --kubeconfig: upstream kubectl finds ~/.kube/config by itself, as a user's would.
     result = subprocess.run([str(binary), "get", "ns"], capture_output=True, text=True, timeout=60,

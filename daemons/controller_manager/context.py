@@ -1,0 +1,28 @@
+"""What every controller of the daemon is built from, and what the manager needs of a built one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from daemons.api.client import ApiClient
+from daemons.controller_manager.informers import InformerFactory
+
+
+@dataclass(frozen=True)
+class ControllerContext:
+    """The API client, the shared informers, and the daemon-wide tuning each controller applies."""
+
+    client: ApiClient
+    informers: InformerFactory
+    workers: int = 5
+
+
+class ManagedController(Protocol):
+    """A controller the manager runs: its workers start once the shared caches are filled."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...

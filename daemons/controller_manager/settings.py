@@ -1,0 +1,25 @@
+"""The controller manager's settings: flags and ``MINIK8S_*`` environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from daemons.controller_manager.controllers import CONTROLLERS, check_selection
+from daemons.machinery.settings import DaemonSettings
+
+
+class ControllerManagerSettings(DaemonSettings):
+    """minik8s-controller-manager: runs the controllers that keep the cluster's objects consistent."""
+
+    controllers: list[str] = Field(
+        ["*"], description=f"controllers to run: * for all ({', '.join(CONTROLLERS)}), a name to add one, "
+        "-name to leave one out"
+    )
+    workers: int = Field(5, ge=1, description="keys each controller syncs in parallel")
+    resync_seconds: float = Field(30.0, gt=0, description="seconds between full re-LISTs of every watched resource")
+    metrics_port: int = Field(10257, ge=0, le=65535, description="port serving Prometheus /metrics; 0 turns it off")
+
+    @field_validator("controllers")
+    @classmethod
+    def _known_controllers(cls, value: list[str]) -> list[str]:
+        return check_selection(value)

@@ -148,22 +148,29 @@ POD_COLUMNS: list[Column] = [
 
 # --- Nodes and namespaces ---------------------------------------------------------------------------
 
+NODE_ROLE_PREFIX = "node-role.kubernetes.io/"
+NODE_ROLE_LABEL = "kubernetes.io/role"
+
+
 def node_status(node: Obj) -> str:
+    """Ready while the Ready condition is True, NotReady for False or Unknown, Unknown without one; cordoned
+    nodes add SchedulingDisabled."""
     conditions = {c.get("type"): c.get("status") for c in (node.get("status") or {}).get("conditions") or []}
-    ready = conditions.get("Ready")
-    text = {"True": "Ready", "False": "NotReady"}.get(ready or "", "Unknown")
+    text = "Unknown" if "Ready" not in conditions else "Ready" if conditions["Ready"] == "True" else "NotReady"
     if node.get("spec", {}).get("unschedulable"):
         text += ",SchedulingDisabled"
     return text
 
 
 def node_roles(node: Obj) -> str:
-    roles = sorted(
-        key.split("/", 1)[1]
-        for key in (node.get("metadata", {}).get("labels") or {})
-        if key.startswith("node-role.kubernetes.io/") and key.split("/", 1)[1]
-    )
-    return ",".join(roles) or NONE
+    """The ``node-role.kubernetes.io/<role>`` keys and the ``kubernetes.io/role`` value, sorted, as kubectl."""
+    roles: set[str] = set()
+    for key, value in (node.get("metadata", {}).get("labels") or {}).items():
+        if key.startswith(NODE_ROLE_PREFIX) and key.removeprefix(NODE_ROLE_PREFIX):
+            roles.add(key.removeprefix(NODE_ROLE_PREFIX))
+        elif key == NODE_ROLE_LABEL and value:
+            roles.add(value)
+    return ",".join(sorted(roles)) or NONE
 
 
 def _node_address(kind: str) -> Callable[[Obj, datetime], str]:
@@ -191,6 +198,8 @@ NODE_COLUMNS: list[Column] = [
     ("OS-Image", "string", 1, _node_info("osImage")),
     ("Kernel-Version", "string", 1, _node_info("kernelVersion")),
     ("Container-Runtime", "string", 1, _node_info("containerRuntimeVersion")),
+    # Not in upstream's table; last, so every upstream column keeps its place.
+    ("Pod-CIDR", "string", 1, lambda o, _n: o.get("spec", {}).get("podCIDR") or NONE),
 ]
 
 NAMESPACE_COLUMNS: list[Column] = [

@@ -72,6 +72,55 @@ def test_node_row_shows_readiness_cordon_and_roles():
     assert cells[:6] == ["n1", "Ready,SchedulingDisabled", "control-plane", "60m", "v1.30.0", "192.0.2.10"]
 
 
+def test_node_columns_are_upstreams_with_the_pod_cidr_last():
+    columns = [(c["name"], c["priority"]) for c in tables.column_definitions("Node")]
+    assert columns == [("Name", 0), ("Status", 0), ("Roles", 0), ("Age", 0), ("Version", 0), ("Internal-IP", 1),
+                       ("External-IP", 1), ("OS-Image", 1), ("Kernel-Version", 1), ("Container-Runtime", 1),
+                       ("Pod-CIDR", 1)]
+
+
+def test_node_wide_cells():
+    node = {
+        "metadata": {"name": "n2", "creationTimestamp": created(90)},
+        "spec": {"podCIDR": "10.244.3.0/24", "podCIDRs": ["10.244.3.0/24"]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                   "addresses": [{"type": "Hostname", "address": "n2"}, {"type": "InternalIP", "address": "192.0.2.2"},
+                                 {"type": "ExternalIP", "address": "198.51.100.2"}],
+                   "nodeInfo": {"kubeletVersion": "v1.30.0-minik8s", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                                "kernelVersion": "6.1.0-18-amd64", "containerRuntimeVersion": "docker://20.10.24"}},
+    }
+    assert tables.table("Node", [node], "1", now=NOW)["rows"][0]["cells"] == [
+        "n2", "Ready", "<none>", "90s", "v1.30.0-minik8s", "192.0.2.2", "198.51.100.2",
+        "Debian GNU/Linux 12 (bookworm)", "6.1.0-18-amd64", "docker://20.10.24", "10.244.3.0/24"]
+    bare = tables.table("Node", [{"metadata": {"name": "n3"}}], "1", now=NOW)["rows"][0]["cells"]
+    assert bare == ["n3", "Unknown", "<none>", "<unknown>", "", "<none>", "<none>", "<unknown>", "<unknown>",
+                    "<unknown>", "<none>"]
+
+
+@pytest.mark.parametrize(("conditions", "unschedulable", "status"), [
+    ([{"type": "Ready", "status": "True"}], False, "Ready"),
+    ([{"type": "Ready", "status": "False"}], False, "NotReady"),
+    ([{"type": "Ready", "status": "Unknown"}], False, "NotReady"),
+    ([{"type": "MemoryPressure", "status": "False"}], False, "Unknown"),
+    ([], True, "Unknown,SchedulingDisabled"),
+    ([{"type": "Ready", "status": "Unknown"}], True, "NotReady,SchedulingDisabled"),
+])
+def test_node_status_column(conditions, unschedulable, status):
+    node = {"metadata": {"name": "n"}, "spec": {"unschedulable": unschedulable}, "status": {"conditions": conditions}}
+    assert tables.node_status(node) == status
+
+
+@pytest.mark.parametrize(("labels", "roles"), [
+    ({}, "<none>"),
+    ({"node-role.kubernetes.io/worker": "", "node-role.kubernetes.io/control-plane": "true"}, "control-plane,worker"),
+    ({"node-role.kubernetes.io/": "", "kubernetes.io/role": ""}, "<none>"),
+    ({"kubernetes.io/role": "master", "node-role.kubernetes.io/master": ""}, "master"),
+    ({"kubernetes.io/role": "gpu", "disk": "ssd"}, "gpu"),
+])
+def test_node_roles_column(labels, roles):
+    assert tables.node_roles({"metadata": {"labels": labels}}) == roles
+
+
 def test_service_and_endpoints_cells():
     service = {"metadata": {"name": "web", "creationTimestamp": created(10)},
                "spec": {"type": "NodePort", "clusterIP": "10.96.0.10",

@@ -2,11 +2,14 @@
 
 The object and its status are built by pure functions from a ``HostInfo``
 snapshot; ``NodeReporter`` creates or updates the Node once and then posts
-the status through ``nodes/<name>/status`` every ``--status-interval``.
+the status through ``nodes/<name>/status`` every ``--status-interval``. The
+pod CIDR is spec, not status: it comes from the overlay's subnet file and is
+patched onto the Node at registration and whenever the file says otherwise.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import platform
@@ -21,7 +24,7 @@ from typing import Any
 from daemons.api.client import ApiClient
 from daemons.api.errors import AlreadyExists, APIError, ConnectionFailed
 from daemons.api.resources import by_kind
-from daemons.kubelet.settings import NodeConfig
+from daemons.kubelet.settings import DEFAULT_POD_CIDR_FILE, NodeConfig
 from daemons.kubelet.status import rfc3339
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,26 @@ def _read(path: str) -> str:
         return ""
 
 
+def parse_subnet_env(text: str) -> str | None:
+    """The pod CIDR in flannel's subnet.env: ``FLANNEL_SUBNET=10.244.3.1/24`` (the bridge's address) is
+    ``10.244.3.0/24``; None when the line is missing or unreadable."""
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "FLANNEL_SUBNET":
+            try:
+                return str(ipaddress.ip_interface(value.strip().strip('"')).network)
+            except ValueError:
+                return None
+    return None
+
+
+def pod_cidr_spec(spec: Mapping[str, Any], pod_cidr: str | None) -> dict[str, Any]:
+    """The spec fields to patch so the node carries ``pod_cidr``: empty when it already does or there is none."""
+    if pod_cidr is None or (spec.get("podCIDR") == pod_cidr and spec.get("podCIDRs") == [pod_cidr]):
+        return {}
+    return {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]}
+
+
 def host_info() -> HostInfo:
     """Read the machine's CPUs, memory, OS and kernel."""
     return HostInfo(
@@ -90,11 +113,12 @@ def node_labels(config: NodeConfig, info: HostInfo) -> dict[str, str]:
             "kubernetes.io/arch": info.architecture, **config.node_labels()}
 
 
-def node_object(config: NodeConfig, info: HostInfo) -> dict[str, Any]:
-    """The Node to create: name, labels and taints from the config."""
+def node_object(config: NodeConfig, info: HostInfo, pod_cidr: str | None = None) -> dict[str, Any]:
+    """The Node to create: name, labels and taints from the config, and the pod CIDR when the overlay has one."""
+    spec = {"taints": config.taints_json()} if config.taints else {}
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": config.name, "labels": node_labels(config, info)},
-            "spec": {"taints": config.taints_json()} if config.taints else {}}
+            "spec": {**spec, **pod_cidr_spec({}, pod_cidr)}}
 
 
 def merged_taints(current: list[dict[str, Any]] | None, wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -138,7 +162,7 @@ class NodeReporter:
     """Registers the Node and keeps posting its status until stopped."""
 
     def __init__(self, client: ApiClient, config: NodeConfig, address: str, port: int, interval: float,
-                 runtime_version: Callable[[], str | None]) -> None:
+                 runtime_version: Callable[[], str | None], pod_cidr_file: str = DEFAULT_POD_CIDR_FILE) -> None:
         assert NODES is not None
         self.client = client
         self.config = config
@@ -146,30 +170,48 @@ class NodeReporter:
         self.port = port
         self.interval = interval
         self.runtime_version = runtime_version
+        self.pod_cidr_file = pod_cidr_file
         self.info = host_info()
         self._previous_ready: dict[str, Any] | None = None
+        self._spec: dict[str, Any] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="node-status", daemon=True)
 
+    def pod_cidr(self) -> str | None:
+        """The overlay's subnet for this node; None while the file is missing (the overlay has not leased one)."""
+        return parse_subnet_env(_read(self.pod_cidr_file))
+
     def register(self) -> None:
-        """Create the Node, or bring an existing one's labels and taints in line with the config."""
+        """Create the Node, or bring an existing one's labels, taints and pod CIDR in line with this node."""
         assert NODES is not None
-        wanted = node_object(self.config, self.info)
+        pod_cidr = self.pod_cidr()
+        wanted = node_object(self.config, self.info, pod_cidr)
         try:
-            self.client.create(NODES, wanted)
-            log.info("registered node %s", self.config.name)
+            self._spec = self.client.create(NODES, wanted).get("spec") or {}
+            log.info("registered node %s (pod CIDR %s)", self.config.name, pod_cidr or "none yet")
             return
         except AlreadyExists:
             pass
         current = self.client.get(NODES, self.config.name)
+        spec = current.get("spec") or {}
         patch: dict[str, Any] = {"metadata": {"labels": wanted["metadata"]["labels"]}}
-        taints = merged_taints((current.get("spec") or {}).get("taints"), self.config.taints_json())
-        if taints:
-            patch["spec"] = {"taints": taints}
-        self.client.patch(NODES, self.config.name, patch)
+        taints = merged_taints(spec.get("taints"), self.config.taints_json())
+        changes = {**({"taints": taints} if taints else {}), **pod_cidr_spec(spec, pod_cidr)}
+        if changes:
+            patch["spec"] = changes
+        self._spec = self.client.patch(NODES, self.config.name, patch).get("spec") or {}
         ready = [c for c in (current.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
         self._previous_ready = ready[0] if ready else None
         log.info("updated existing node %s", self.config.name)
+
+    def update_pod_cidr(self) -> None:
+        """Patch the node's spec when the overlay's subnet file names another pod CIDR than the node has."""
+        assert NODES is not None
+        pod_cidr = self.pod_cidr()
+        changes = pod_cidr_spec(self._spec, pod_cidr)
+        if changes:
+            self._spec = self.client.patch(NODES, self.config.name, {"spec": changes}).get("spec") or {}
+            log.info("node %s: pod CIDR is now %s", self.config.name, pod_cidr)
 
     def post_status(self) -> None:
         """One heartbeat: the whole status, Ready unless Docker does not answer."""
@@ -179,8 +221,9 @@ class NodeReporter:
         message = "kubelet is posting ready status" if ready else "container runtime is down"
         status = node_status(self.info, self.address, self.port, version or "unknown", ready, message,
                              datetime.now(UTC), self._previous_ready)
-        self.client.patch(NODES, self.config.name, {"status": status}, subresource="status")
+        node = self.client.patch(NODES, self.config.name, {"status": status}, subresource="status")
         self._previous_ready = status["conditions"][0]
+        self._spec = node.get("spec") or {}
 
     def start(self) -> None:
         self._thread.start()
@@ -195,6 +238,8 @@ class NodeReporter:
                 if not registered:
                     self.register()
                     registered = True
+                else:
+                    self.update_pod_cidr()
                 self.post_status()
             except (APIError, ConnectionFailed) as error:
                 log.warning("node %s: status not posted: %s", self.config.name, error)

@@ -13,6 +13,7 @@ from daemons.api import models
 from daemons.machinery.settings import DaemonSettings
 
 ROLE_LABEL_PREFIX = "node-role.kubernetes.io/"
+DEFAULT_POD_CIDR_FILE = "/run/flannel/subnet.env"
 
 
 class KubeletSettings(DaemonSettings):
@@ -36,6 +37,9 @@ class KubeletSettings(DaemonSettings):
     cluster_dns: list[str] = Field(default_factory=list, description="DNS servers for pods (Docker's --dns)")
     cluster_domain: str | None = Field(None, description="cluster domain, e.g. cluster.local (pods' DNS search)")
     workers: int = Field(8, ge=1, description="pods synced in parallel")
+    pod_cidr_file: str = Field(
+        DEFAULT_POD_CIDR_FILE, description="the overlay's subnet file (FLANNEL_SUBNET=...): the node's spec.podCIDR"
+    )
 
     @model_validator(mode="after")
     def _certificate_and_key_together(self) -> KubeletSettings:

@@ -12,9 +12,11 @@ from cli.verbs import (
     annotate,
     api_resources,
     apply,
+    cordon,
     create,
     delete,
     describe,
+    drain,
     exec,
     get,
     label,
@@ -43,6 +45,9 @@ app.command("label")(label.label)
 app.command("annotate")(annotate.annotate)
 app.command("scale")(scale.scale)
 app.command("patch")(patch.patch)
+app.command("cordon")(cordon.cordon)
+app.command("uncordon")(cordon.uncordon)
+app.command("drain")(drain.drain)
 app.command("logs")(logs.logs)
 app.command("exec")(exec.exec_command)
 app.command("api-resources")(api_resources.api_resources)

@@ -169,9 +169,6 @@ class Agent:
     ) -> None:
         await self._hold_lease(registry, node, leases)
         assert self.subnet is not None
-        if write_atomically(self.settings.subnet_file, render_subnet_file(
-                node.config, self.subnet, node.underlay.overlay_mtu, self.settings.ip_masq)):
-            log.info("wrote %s for subnet %s", self.settings.subnet_file, self.subnet)
         index = await kernel.ensure_device(ipr, node.device, vtep_mac(node.public_ip, node.config.vni),
                                            node.underlay.overlay_mtu, self.subnet.network_address)
         wanted = desired_peers(node.config, (stored.lease for stored in leases.values()), self.subnet, node.public_ip)
@@ -182,6 +179,10 @@ class Agent:
             log.warning("%s", failure)
         for change in firewall.ensure_rules(node.config.network, self.settings.ip_masq):
             log.info("iptables: %s", change)
+        # Last, so that the file's existence means the node is ready for Docker to start on the subnet.
+        if write_atomically(self.settings.subnet_file, render_subnet_file(
+                node.config, self.subnet, node.underlay.overlay_mtu, self.settings.ip_masq)):
+            log.info("wrote %s for subnet %s", self.settings.subnet_file, self.subnet)
         self._served = True
 
     async def _hold_lease(self, registry: Registry, node: Node, leases: dict[IPv4Network, StoredLease]) -> None:

@@ -32,6 +32,7 @@ from daemons.flannel.network import (
     pick_lease,
     previous_subnet,
     render_subnet_file,
+    stale_leases,
     vtep_mac,
 )
 from daemons.flannel.registry import EtcdUnavailable, InvalidConfig, Registry, StoredLease
@@ -169,6 +170,9 @@ class Agent:
     ) -> None:
         await self._hold_lease(registry, node, leases)
         assert self.subnet is not None
+        for stale in stale_leases((stored.lease for stored in leases.values()), self.subnet, node.public_ip):
+            if await registry.delete(stale.subnet, leases[stale.subnet].mod_revision):
+                log.info("deleted %s, an older lease of this node", stale.subnet)
         index = await kernel.ensure_device(ipr, node.device, vtep_mac(node.public_ip, node.config.vni),
                                            node.underlay.overlay_mtu, self.subnet.network_address)
         wanted = desired_peers(node.config, (stored.lease for stored in leases.values()), self.subnet, node.public_ip)

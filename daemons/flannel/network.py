@@ -176,6 +176,11 @@ def pick_lease(
     return choose_subnet(config, by_subnet, public_ip), False
 
 
+def stale_leases(leases: Iterable[Lease], own_subnet: IPv4Network, public_ip: IPv4Address) -> list[Lease]:
+    """Older leases of this node (same address, other subnet): left alone they would hold a subnet for a whole TTL."""
+    return [lease for lease in leases if lease.public_ip == public_ip and lease.subnet != own_subnet]
+
+
 def subnet_gateway(subnet: IPv4Network) -> IPv4Address:
     """The first host address: Docker's bridge (bip) on the node owning the subnet."""
     return subnet.network_address + 1

@@ -133,9 +133,12 @@ class Registry:
         txn = self._client.transactions
         return await self._txn([txn.mod(key) == mod_revision], [txn.put(key, lease.to_json(), lease=lease_id)])
 
-    async def delete(self, subnet: IPv4Network) -> None:
+    async def delete(self, subnet: IPv4Network, mod_revision: int | None = None) -> bool:
+        """Delete a lease record, only if still at ``mod_revision`` when given; False if it changed since."""
         key = subnet_key(self.prefix, subnet).encode()
-        await self._call("DeleteRange", rpc.DeleteRangeRequest(key=key))
+        txn = self._client.transactions
+        compare = [] if mod_revision is None else [txn.mod(key) == mod_revision]
+        return await self._txn(compare, [txn.delete(key)])
 
     async def changes(self, start_revision: int) -> AsyncIterator[None]:
         """One item per batch of lease changes from ``start_revision`` on; the caller re-reads the leases."""

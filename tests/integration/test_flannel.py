@@ -442,6 +442,16 @@ def test_routes_follow_leases_through_an_etcd_restart(cluster):
     assert ping(a, b), logs(cluster)
 
 
+def test_an_older_lease_of_a_running_host_is_given_back(cluster):
+    a = cluster.hosts["a"]
+    key = f"{cluster.prefix}/subnets/10.244.251.0-24"
+    older = {"PublicIP": str(a.address), "BackendType": "vxlan",
+             "BackendData": {"VNI": 1, "VtepMAC": "0e:00:00:00:00:0a"}}
+    cluster.etcd_put(key, json.dumps(older).encode())
+    wait_for("a deletes its older lease", lambda: "10.244.251.0-24" not in cluster.leases())
+    assert f"{a.flanneld.subnet().network_address}-24" in cluster.leases()
+
+
 def test_leases_are_renewed_before_they_expire(cluster):
     host = cluster.hosts["b"]
     key = f"{cluster.prefix}/subnets/{host.flanneld.subnet().network_address}-24"

@@ -23,6 +23,7 @@ from daemons.flannel.network import (
     postrouting_rules,
     previous_subnet,
     render_subnet_file,
+    stale_leases,
     subnet_key,
     vtep_mac,
 )
@@ -119,6 +120,11 @@ def test_a_subnet_file_naming_another_nodes_subnet_or_another_network_is_not_fol
     assert subnet != IPv4Network("10.244.7.0/24") and not held
     assert pick_lease(CONFIG, [], NODE_A, IPv4Network("10.99.7.0/24")) == (choose_subnet(CONFIG, [], NODE_A), False)
     assert pick_lease(CONFIG, [], NODE_A, IPv4Network("10.244.0.0/24"))[0] != IPv4Network("10.244.0.0/24")
+
+
+def test_older_leases_of_this_node_are_stale_and_other_nodes_leases_are_not():
+    own, older, other = lease("10.244.3.0/24", NODE_A), lease("10.244.8.0/24", NODE_A), lease("10.244.9.0/24", NODE_B)
+    assert stale_leases([own, older, other], own.subnet, NODE_A) == [older]
 
 
 def test_subnet_file_is_flannels_and_reads_back():

@@ -15,7 +15,7 @@ class ControllerContext:
 
     client: ApiClient
     informers: InformerFactory
-    workers: int = 5
+    workers: int
 
 
 class ManagedController(Protocol):

@@ -16,11 +16,14 @@ log = logging.getLogger(__name__)
 
 async def serve(settings: FlannelSettings) -> None:
     agent = Agent(settings)
+
+    def stop(signum: signal.Signals) -> None:
+        log.info("%s: stopping; the lease, routes and rules stay for the next start", signum.name)
+        agent.stop()
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, lambda signum=signum: (
-            log.info("%s: stopping, routes and lease stay for the next start", signal.Signals(signum).name),
-            agent.stop()))
+        loop.add_signal_handler(signum, stop, signum)
     log.info("flanneld: network %s, etcd %s prefix %s, subnet file %s", settings.network,
              ",".join(settings.etcd_endpoints), settings.etcd_prefix, settings.subnet_file)
     await agent.run()

@@ -1,0 +1,189 @@
+"""The proxy's loop: informers over Services and Endpoints mark the node's state dirty; one thread re-programs it.
+
+Events never program anything themselves. Any change to a Service or an
+Endpoints object sets a dirty flag; the sync thread wakes, waits out
+``min_sync_period_seconds`` since the last sync began (a burst of changes is
+applied together), reads both caches and hands the whole list of service
+ports to every programmer, which rewrites its part of the node from scratch.
+Every ``sync_period_seconds`` it does so even when nothing changed, which
+repairs whatever someone else removed. A failed sync is retried with back-off.
+
+Programmers are the ways the node is told about services: iptables rules now;
+nginx and dnsmasq configuration can join the same list.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from daemons.api.client import ApiClient
+from daemons.api.resources import Resource, by_kind
+from daemons.machinery.informer import Informer, Obj
+from daemons.proxy.services import ServicePort, service_ports
+from daemons.proxy.settings import ProxySettings
+
+log = logging.getLogger(__name__)
+
+RETRY_MIN_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+SYNC_POLL_SECONDS = 1.0
+INFORMER_STOP_SECONDS = 1.0
+
+SYNC_SECONDS = Histogram("minik8s_proxy_sync_proxy_rules_duration_seconds",
+                         "Time to render and apply the node's service state, every programmer included",
+                         buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+LAST_SYNC = Gauge("minik8s_proxy_sync_proxy_rules_last_timestamp_seconds",
+                  "Unix time of the last sync that every programmer completed")
+SYNC_FAILURES = Counter("minik8s_proxy_sync_proxy_rules_failures_total", "Syncs that a programmer failed",
+                        ["programmer"])
+
+
+class Programmer(Protocol):
+    """Puts the node in the state the service ports ask for; each call converges from scratch."""
+
+    name: str
+
+    def sync(self, ports: Sequence[ServicePort]) -> None: ...
+
+    def cleanup(self) -> None: ...
+
+
+def _resource(kind: str) -> Resource:
+    resource = by_kind("v1", kind)
+    if resource is None:
+        raise LookupError(f"the resource table has no v1 {kind}")
+    return resource
+
+
+SERVICES = _resource("Service")
+ENDPOINTS = _resource("Endpoints")
+
+
+def _key(obj: Obj) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{metadata.get('namespace')}/{metadata.get('name')}"
+
+
+def describe_changes(old: Sequence[ServicePort], new: Sequence[ServicePort]) -> list[str]:
+    """One line per service port added, removed, or whose address or endpoints changed."""
+    before = {port.key: port for port in old}
+    after = {port.key: port for port in new}
+    lines = [f"{key}: removed" for key in before if key not in after]
+    for key, port in after.items():
+        if before.get(key) != port:
+            target = f"{port.cluster_ip or '-'}:{port.port}/{port.protocol}"
+            if port.node_port:
+                target += f" (node port {port.node_port})"
+            lines.append(f"{key}: {'added' if key not in before else 'changed'}, {target} -> "
+                         f"{len(port.endpoints)} ready endpoints")
+    return lines
+
+
+class Proxier:
+    """Keeps every programmer in step with the cluster's Services and Endpoints until ``stop``."""
+
+    def __init__(self, client: ApiClient, settings: ProxySettings, programmers: Sequence[Programmer]) -> None:
+        self.programmers = list(programmers)
+        self.sync_period = settings.sync_period_seconds
+        self.min_sync_period = settings.min_sync_period_seconds
+        # Every node's proxy needs every event: the queues are per node.
+        prefix = f"proxy.{settings.node_name}"
+        self.services = Informer(client, SERVICES, amqp_url=settings.amqp_url, queue_name=f"{prefix}.services",
+                                 resync_seconds=settings.sync_period_seconds, on_add=self._changed,
+                                 on_update=self._updated("spec"), on_delete=self._changed)
+        self.endpoints = Informer(client, ENDPOINTS, amqp_url=settings.amqp_url, queue_name=f"{prefix}.endpoints",
+                                  resync_seconds=settings.sync_period_seconds, on_add=self._changed,
+                                  on_update=self._updated("subsets"), on_delete=self._changed)
+        self._dirty = threading.Event()
+        self._stopping = threading.Event()
+        self._ports: list[ServicePort] = []
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Sync until ``stop``; the first sync waits for both caches, so no service is programmed half-known."""
+        self.services.start()
+        self.endpoints.start()
+        try:
+            if self._wait_synced():
+                log.info("proxying %d services with %s", len(self.services.store),
+                         ", ".join(programmer.name for programmer in self.programmers))
+                self._loop()
+        finally:
+            self.services.stop(INFORMER_STOP_SECONDS)
+            self.endpoints.stop(INFORMER_STOP_SECONDS)
+
+    def stop(self) -> None:
+        """End the loop; whatever was programmed stays in place, so traffic keeps flowing while we are away."""
+        self._stopping.set()
+        self._dirty.set()
+
+    def _wait_synced(self) -> bool:
+        for informer in (self.services, self.endpoints):
+            while not informer.wait_synced(SYNC_POLL_SECONDS):
+                if self._stopping.is_set():
+                    return False
+        return True
+
+    # --- informer handlers --------------------------------------------------------------------------
+
+    def _changed(self, obj: Obj) -> None:
+        log.debug("%s %s changed", obj.get("kind"), _key(obj))
+        self._dirty.set()
+
+    def _updated(self, field: str) -> Callable[[Obj, Obj], None]:
+        """An update handler that ignores updates leaving ``field`` as it was (status writes, resyncs)."""
+        def handler(old: Obj, new: Obj) -> None:
+            if old.get(field) != new.get(field):
+                self._changed(new)
+        return handler
+
+    # --- the sync loop ------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        last_start = float("-inf")
+        next_full = time.monotonic()  # the first sync runs at once
+        delay = RETRY_MIN_SECONDS
+        while not self._stopping.is_set():
+            self._dirty.wait(max(0.0, next_full - time.monotonic()))
+            if self._stopping.is_set():
+                break
+            # Let a burst of changes gather until the minimum period since the last sync began is over.
+            if self._stopping.wait(max(0.0, last_start + self.min_sync_period - time.monotonic())):
+                break
+            self._dirty.clear()
+            last_start = time.monotonic()
+            if self.sync_once():
+                next_full = last_start + self.sync_period
+                delay = RETRY_MIN_SECONDS
+            else:
+                next_full = time.monotonic() + delay
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+    def sync_once(self) -> bool:
+        """Hand the current service ports to every programmer; False if any of them failed."""
+        started = time.monotonic()
+        ports = service_ports(self.services.store.list(), self.endpoints.store.list())
+        for line in describe_changes(self._ports, ports):
+            log.info("%s", line)
+        failed = False
+        for programmer in self.programmers:
+            try:
+                programmer.sync(ports)
+            except Exception:
+                failed = True
+                SYNC_FAILURES.labels(programmer.name).inc()
+                log.exception("%s: sync of %d service ports failed; retrying", programmer.name, len(ports))
+        elapsed = time.monotonic() - started
+        SYNC_SECONDS.observe(elapsed)
+        if not failed:
+            self._ports = ports
+            LAST_SYNC.set(time.time())
+            log.debug("synced %d service ports in %.3fs", len(ports), elapsed)
+        return not failed

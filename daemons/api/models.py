@@ -8,6 +8,7 @@ does through a Kubernetes apiserver's unstructured paths.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable
 from decimal import Decimal
@@ -407,33 +408,156 @@ class Namespace(KubeObject):
 
 # --- Services ---------------------------------------------------------------------------------------
 
+ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]
+# Types that expose node ports: a LoadBalancer behaves as a NodePort service here (no cloud provider).
+NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
+HEADLESS = "None"
+IANA_SVC_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")
+
+
+def check_ip(value: str) -> str:
+    """An IP address in its canonical text form (what ``ipaddress`` prints back)."""
+    try:
+        if str(ipaddress.ip_address(value)) == value:
+            return value
+    except ValueError:
+        pass
+    raise ValueError(f'"{value}": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)')
+
+
 class ServicePort(KubeModel):
     name: str | None = None
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+    app_protocol: str | None = None
     port: Annotated[int, Field(ge=1, le=65535)]
     target_port: IntOrString | None = None
-    node_port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    node_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str | None) -> str | None:
+        return check_dns1123_label(name) if name else None
+
+    @model_validator(mode="after")
+    def _defaults(self) -> ServicePort:
+        """An unset (or zero) targetPort means the port itself; a zero nodePort means "allocate one"."""
+        if self.target_port in (None, 0, ""):
+            self.target_port = self.port
+        elif isinstance(self.target_port, int) and not 1 <= self.target_port <= 65535:
+            raise ValueError(f"targetPort: {self.target_port}: must be between 1 and 65535, inclusive")
+        elif isinstance(self.target_port, str) and (not IANA_SVC_NAME.match(self.target_port)
+                                                    or not re.search("[a-z]", self.target_port)
+                                                    or "--" in self.target_port):
+            raise ValueError(f"targetPort: {self.target_port!r}: must be a port number or an IANA_SVC_NAME "
+                             "(at most 15 lower case alphanumeric characters or '-', with at least one letter)")
+        if self.node_port == 0:
+            self.node_port = None
+        return self
 
 
 class ServiceSpec(KubeModel):
-    type: Literal["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"] = "ClusterIP"
+    """A Service's spec, defaulted as Kubernetes does; the apiserver fills in clusterIP(s) and node ports."""
+
+    type: ServiceType = "ClusterIP"
     selector: dict[str, str] | None = None
     ports: list[ServicePort] | None = None
     cluster_ip: str | None = Field(default=None, alias="clusterIP")
     cluster_ips: list[str] | None = Field(default=None, alias="clusterIPs")
+    ip_families: list[Literal["IPv4", "IPv6"]] | None = None
+    ip_family_policy: Literal["SingleStack", "PreferDualStack", "RequireDualStack"] | None = None
     external_name: str | None = None
     external_ips: list[str] | None = Field(default=None, alias="externalIPs")
+    load_balancer_ip: str | None = Field(default=None, alias="loadBalancerIP")
     session_affinity: Literal["ClientIP", "None"] = "None"
+    internal_traffic_policy: Literal["Cluster", "Local"] | None = None
+    external_traffic_policy: Literal["Cluster", "Local"] | None = None
+    allocate_load_balancer_node_ports: bool | None = None
+    publish_not_ready_addresses: bool | None = None
+
+    @property
+    def headless(self) -> bool:
+        return self.cluster_ip == HEADLESS
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, selector: dict[str, str] | None) -> dict[str, str] | None:
+        for key, value in (selector or {}).items():
+            check_label_key(key)
+            check_label_value(value)
+        return selector
 
     @model_validator(mode="after")
-    def _ports(self) -> ServiceSpec:
-        ports = self.ports or []
-        if len(ports) > 1 and any(not port.name for port in ports):
-            raise ValueError("ports: each port must have a name when more than one port is given")
-        for port in ports:
-            if port.target_port is None:
-                port.target_port = port.port
+    def _check(self) -> ServiceSpec:
+        self._cluster_ips()
+        if self.type == "ExternalName":
+            if self.cluster_ip:
+                raise ValueError("clusterIPs: Forbidden: may not be set for ExternalName services")
+            if not self.external_name:
+                raise ValueError("externalName: Required value")
+            try:
+                check_dns1123_subdomain(self.external_name.removesuffix("."))
+            except ValueError as error:
+                raise ValueError(f"externalName: {error}") from None
+        else:
+            if not self.ports and not self.headless:
+                raise ValueError("ports: Required value")
+            if self.headless and self.type in NODE_PORT_TYPES:
+                raise ValueError(f"clusterIPs[0]: Invalid value: \"None\": may not be set to 'None' for "
+                                 f"{self.type} services")
+            self.ip_families = self.ip_families or ["IPv4"]
+            self.ip_family_policy = self.ip_family_policy or "SingleStack"
+            self.internal_traffic_policy = self.internal_traffic_policy or "Cluster"
+        if self.type in NODE_PORT_TYPES:
+            self.external_traffic_policy = self.external_traffic_policy or "Cluster"
+        elif self.external_traffic_policy:
+            raise ValueError(f"externalTrafficPolicy: Invalid value: \"{self.external_traffic_policy}\": may only "
+                             "be set for externally-accessible services")
+        if self.type == "LoadBalancer" and self.allocate_load_balancer_node_ports is None:
+            self.allocate_load_balancer_node_ports = True
+        elif self.type != "LoadBalancer" and self.allocate_load_balancer_node_ports is not None:
+            raise ValueError("allocateLoadBalancerNodePorts: Forbidden: may only be used when `type` is "
+                             "'LoadBalancer'")
+        self._check_ports()
         return self
+
+    def _cluster_ips(self) -> None:
+        """``clusterIP`` and ``clusterIPs[0]`` agree; "" means unset; each is an IP or "None"."""
+        ips = [ip for ip in self.cluster_ips or [] if ip]
+        if self.cluster_ip and ips and ips[0] != self.cluster_ip:
+            raise ValueError(f"clusterIPs[0]: Invalid value: \"{ips[0]}\": must match `clusterIP` "
+                             f"(\"{self.cluster_ip}\")")
+        self.cluster_ip = self.cluster_ip or (ips[0] if ips else None)
+        self.cluster_ips = [self.cluster_ip, *ips[1:]] if self.cluster_ip else None
+        for index, ip in enumerate(self.cluster_ips or []):
+            if ip == HEADLESS and index == 0 and len(self.cluster_ips or []) == 1:
+                continue
+            try:
+                check_ip(ip)
+            except ValueError as error:
+                raise ValueError(f"clusterIPs[{index}]: Invalid value: {error}") from None
+
+    def _check_ports(self) -> None:
+        ports = self.ports or []
+        names: set[str] = set()
+        endpoints: set[tuple[int, str]] = set()
+        node_ports: set[tuple[int, str]] = set()
+        for index, port in enumerate(ports):
+            if len(ports) > 1 and not port.name:
+                raise ValueError(f"ports[{index}].name: Required value")
+            if port.name in names:
+                raise ValueError(f"ports[{index}].name: Duplicate value: \"{port.name}\"")
+            names.add(port.name or "")
+            if (port.port, port.protocol) in endpoints:
+                raise ValueError(f"ports[{index}]: Duplicate value: \"{port.port}/{port.protocol}\"")
+            endpoints.add((port.port, port.protocol))
+            if port.node_port is None:
+                continue
+            if self.type not in NODE_PORT_TYPES:
+                raise ValueError(f"ports[{index}].nodePort: Forbidden: may not be used when `type` is "
+                                 f"'{self.type}'")
+            if (port.node_port, port.protocol) in node_ports:
+                raise ValueError(f"ports[{index}].nodePort: Duplicate value: {port.node_port}")
+            node_ports.add((port.node_port, port.protocol))
 
 
 class Service(KubeObject):

@@ -18,6 +18,10 @@ NAME_CHECKS = {
 }
 # Model validators report cross-field problems as "<relative.field>: <message>".
 _FIELD_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9.\[\]]*): (.*)$", re.S)
+# A model validator's message may name its kind of error, as Kubernetes' field errors do.
+_REASONS = {"Required value": "FieldValueRequired", "Forbidden": "FieldValueForbidden",
+            "Duplicate value": "FieldValueDuplicate", "Unsupported value": "FieldValueNotSupported",
+            "Invalid value": "FieldValueInvalid"}
 
 
 def field_path(location: tuple[Any, ...]) -> str:
@@ -47,6 +51,8 @@ def causes_of(error: ValidationError) -> list[dict[str, str]]:
             expected = item.get("ctx", {}).get("expected", "")
             reason = "FieldValueNotSupported"
             text = f"Unsupported value: {item['input']!r}: supported values: {expected}"
+        elif item["type"] == "value_error" and message.split(":", 1)[0] in _REASONS:
+            reason, text = _REASONS[message.split(":", 1)[0]], message
         elif item["type"] == "value_error":
             reason, text = "FieldValueInvalid", f"Invalid value: {message}"
         else:

@@ -222,20 +222,30 @@ def service_ports(service: Obj) -> str:
 
 
 def _service_external_ip(service: Obj, _now: datetime) -> str:
+    """EXTERNAL-IP as kubectl prints it for each type: load balancer ingress only for LoadBalancer."""
     spec = service.get("spec", {})
-    if spec.get("type") == "ExternalName":
-        return spec.get("externalName") or NONE
-    ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
-    addresses = [entry.get("ip") or entry.get("hostname") for entry in ingress] + (spec.get("externalIPs") or [])
-    if addresses:
-        return ",".join(a for a in addresses if a)
-    return "<pending>" if spec.get("type") == "LoadBalancer" else NONE
+    kind = spec.get("type") or "ClusterIP"
+    external = spec.get("externalIPs") or []
+    if kind in ("ClusterIP", "NodePort"):
+        return ",".join(external) or NONE
+    if kind == "LoadBalancer":
+        ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        addresses = [entry.get("ip") or entry.get("hostname") or "" for entry in ingress] + external
+        return ",".join(a for a in addresses if a) or "<pending>"
+    if kind == "ExternalName":
+        return spec.get("externalName") or ""
+    return "<unknown>"
+
+
+def _service_cluster_ip(service: Obj, _now: datetime) -> str:
+    spec = service.get("spec", {})
+    return (spec.get("clusterIPs") or [spec.get("clusterIP")])[0] or NONE
 
 
 SERVICE_COLUMNS: list[Column] = [
     ("Name", "string", 0, _name),
     ("Type", "string", 0, lambda o, _n: o.get("spec", {}).get("type") or "ClusterIP"),
-    ("Cluster-IP", "string", 0, lambda o, _n: o.get("spec", {}).get("clusterIP") or NONE),
+    ("Cluster-IP", "string", 0, _service_cluster_ip),
     ("External-IP", "string", 0, _service_external_ip),
     ("Port(s)", "string", 0, lambda o, _n: service_ports(o)),
     ("Age", "string", 0, age),
@@ -245,18 +255,21 @@ SERVICE_COLUMNS: list[Column] = [
 
 
 def endpoints_text(endpoints: Obj, limit: int = 3) -> str:
-    pairs = []
-    for subset in endpoints.get("subsets") or []:
-        ports = subset.get("ports") or []
-        for address in subset.get("addresses") or []:
-            if ports:
-                pairs.extend(f"{address.get('ip')}:{port.get('port')}" for port in ports)
-            else:
-                pairs.append(address.get("ip", ""))
-    if not pairs:
+    """ENDPOINTS as kubectl prints it: ``ip:port`` for each port of each subset, then ``+ N more...``."""
+    subsets = endpoints.get("subsets") or []
+    if not subsets:
         return NONE
-    shown = ",".join(pairs[:limit])
-    return shown + (f" + {len(pairs) - limit} more..." if len(pairs) > limit else "")
+    shown: list[str] = []
+    count = 0
+    for subset in subsets:
+        addresses = [address.get("ip", "") for address in subset.get("addresses") or []]
+        ports = [port.get("port") for port in subset.get("ports") or []] or [None]
+        for port in ports:
+            count += len(addresses)
+            for ip in addresses:
+                if len(shown) < limit:
+                    shown.append(ip if port is None else (f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"))
+    return ",".join(shown) + (f" + {count - limit} more..." if count > limit else "")
 
 
 ENDPOINTS_COLUMNS: list[Column] = [

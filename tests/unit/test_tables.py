@@ -123,13 +123,57 @@ def test_node_roles_column(labels, roles):
 
 def test_service_and_endpoints_cells():
     service = {"metadata": {"name": "web", "creationTimestamp": created(10)},
-               "spec": {"type": "NodePort", "clusterIP": "10.96.0.10",
+               "spec": {"type": "NodePort", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
                         "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}], "selector": {"app": "web"}}}
     assert tables.table("Service", [service], "1", now=NOW)["rows"][0]["cells"] == [
         "web", "NodePort", "10.96.0.10", "<none>", "80:30080/TCP", "10s", "app=web"]
     endpoints = {"metadata": {"name": "web"}, "subsets": [
         {"addresses": [{"ip": f"10.244.0.{i}"} for i in range(1, 6)], "ports": [{"port": 8080}]}]}
     assert tables.endpoints_text(endpoints) == "10.244.0.1:8080,10.244.0.2:8080,10.244.0.3:8080 + 2 more..."
+
+
+def test_service_columns_are_upstreams():
+    columns = [(c["name"], c["priority"]) for c in tables.column_definitions("Service")]
+    assert columns == [("Name", 0), ("Type", 0), ("Cluster-IP", 0), ("External-IP", 0), ("Port(s)", 0), ("Age", 0),
+                       ("Selector", 1)]
+    assert [c["name"] for c in tables.column_definitions("Endpoints")] == ["Name", "Endpoints", "Age"]
+
+
+@pytest.mark.parametrize(("spec", "status", "cells"), [
+    ({"type": "ClusterIP", "clusterIPs": ["10.96.0.1"], "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]},
+     {}, ["ClusterIP", "10.96.0.1", "<none>", "443/TCP", "<none>"]),
+    ({"type": "ClusterIP", "clusterIP": "None", "clusterIPs": ["None"], "selector": {"b": "2", "a": "1"}},
+     {}, ["ClusterIP", "None", "<none>", "<none>", "a=1,b=2"]),
+    ({"type": "NodePort", "clusterIPs": ["10.96.3.4"], "externalIPs": ["192.0.2.9"],
+      "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"},
+                {"port": 53, "nodePort": 30053, "protocol": "UDP"}]},
+     {"loadBalancer": {"ingress": [{"ip": "203.0.113.1"}]}},
+     ["NodePort", "10.96.3.4", "192.0.2.9", "80:30080/TCP,53:30053/UDP", "<none>"]),
+    ({"type": "LoadBalancer", "clusterIPs": ["10.96.3.5"],
+      "ports": [{"port": 80, "nodePort": 31000, "protocol": "TCP"}]},
+     {"loadBalancer": {}}, ["LoadBalancer", "10.96.3.5", "<pending>", "80:31000/TCP", "<none>"]),
+    ({"type": "LoadBalancer", "clusterIPs": ["10.96.3.5"], "externalIPs": ["192.0.2.9"]},
+     {"loadBalancer": {"ingress": [{"ip": "203.0.113.1"}, {"hostname": "lb.example"}]}},
+     ["LoadBalancer", "10.96.3.5", "203.0.113.1,lb.example,192.0.2.9", "<none>", "<none>"]),
+    ({"type": "ExternalName", "externalName": "db.example.com"}, {},
+     ["ExternalName", "<none>", "db.example.com", "<none>", "<none>"]),
+])
+def test_service_cells_by_type(spec, status, cells):
+    service = {"metadata": {"name": "s", "creationTimestamp": created(5)}, "spec": spec, "status": status}
+    row = tables.table("Service", [service], "1", now=NOW)["rows"][0]["cells"]
+    assert row[1:5] + row[6:] == cells
+
+
+def test_endpoints_list_each_port_of_each_subset_as_kubectl():
+    two_ports = {"subsets": [{"addresses": [{"ip": "10.244.1.5"}, {"ip": "10.244.2.7"}],
+                              "ports": [{"name": "http", "port": 8080}, {"name": "metrics", "port": 9090}]}]}
+    assert tables.endpoints_text(two_ports) == "10.244.1.5:8080,10.244.2.7:8080,10.244.1.5:9090 + 1 more..."
+    assert tables.endpoints_text({"subsets": [{"addresses": [{"ip": "10.244.1.5"}]}]}) == "10.244.1.5"
+    assert tables.endpoints_text({"subsets": [{"addresses": [{"ip": "fd00::5"}], "ports": [{"port": 80}]}]}) \
+        == "[fd00::5]:80"
+    assert tables.endpoints_text({"subsets": [{"notReadyAddresses": [{"ip": "10.244.1.5"}],
+                                               "ports": [{"port": 80}]}]}) == ""
+    assert tables.endpoints_text({"metadata": {"name": "web"}}) == "<none>"
 
 
 def test_deployment_and_replicaset_rows():

@@ -23,10 +23,11 @@ from daemons.api import errors
 from daemons.api.resources import Resource, find
 from daemons.apiserver import discovery, openapi, protobuf, tables
 from daemons.apiserver.auth import Authenticator, load_token_file
+from daemons.apiserver.bootstrap import bootstrap, default_advertise_address
 from daemons.apiserver.cache import WatchCache
 from daemons.apiserver.kubelet_proxy import KubeletProxy
 from daemons.apiserver.publisher import EventPublisher
-from daemons.apiserver.registry import NAMESPACES, Registry, WriteOptions
+from daemons.apiserver.registry import Registry, WriteOptions
 from daemons.apiserver.settings import ApiServerSettings
 from daemons.apiserver.storage import Storage
 from daemons.apiserver.watch import object_events
@@ -34,7 +35,6 @@ from daemons.apiserver.watch import object_events
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 3 * 1024 * 1024
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 PATCH_TYPES = {
     "application/json-patch+json": "json",
     "application/merge-patch+json": "merge",
@@ -152,15 +152,23 @@ def status_success(details: Obj | None = None, code: int = 200) -> Obj:
 def create_app(settings: ApiServerSettings) -> FastAPI:
     storage = Storage(settings.etcd_servers)
     cache = WatchCache(storage)
-    registry = Registry(storage, cache)
+    registry = Registry(storage, settings.service_network, cache)
+    advertise_address = settings.advertise_address or default_advertise_address()
     kubelet_token = Path(settings.kubelet_client_token_file).read_text().strip() \
         if settings.kubelet_client_token_file else None
     kubelets = KubeletProxy(registry, kubelet_token, settings.kubelet_certificate_authority)
     authenticator = Authenticator(load_token_file(settings.token_auth_file) if settings.token_auth_file else None)
+    bootstrapped = asyncio.Event()
+
+    async def bring_up() -> None:
+        await bootstrap(registry, settings.secure_port, advertise_address)
+        bootstrapped.set()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        bootstrap = asyncio.create_task(ensure_namespaces(registry))
+        log.info("services get cluster IPs from %s and node ports from %s; advertising %s:%s",
+                 registry.network.cidr, registry.network.port_range, advertise_address, settings.secure_port)
+        bootstrapping = asyncio.create_task(bring_up())
         caching = asyncio.create_task(cache.run())
         publisher = None
         if settings.amqp_url:
@@ -168,7 +176,7 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
         try:
             yield
         finally:
-            for task in (bootstrap, caching, publisher):
+            for task in (bootstrapping, caching, publisher):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -196,6 +204,8 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
             await storage.revision()
         except errors.ServiceUnavailable as error:
             return PlainTextResponse(f"[-]etcd failed: {error}", status_code=503)
+        if not bootstrapped.is_set():
+            return PlainTextResponse("[-]poststarthook/bootstrap-controller failed: not finished", status_code=503)
         return PlainTextResponse("ok")
 
     @app.get("/version")
@@ -324,19 +334,6 @@ class Gatekeeper:
         REQUESTS.labels(verb, resource_name, str(status["code"])).inc()
         if verb != "WATCH":
             LATENCY.labels(verb, resource_name).observe(time.perf_counter() - started)
-
-
-async def ensure_namespaces(registry: Registry) -> None:
-    """Create the system namespaces, waiting for etcd as long as it takes."""
-    pending = list(SYSTEM_NAMESPACES)
-    while pending:
-        try:
-            for name in list(pending):
-                with contextlib.suppress(errors.AlreadyExists):
-                    await registry.create(NAMESPACES, None, {"metadata": {"name": name}})
-                pending.remove(name)
-        except errors.ServiceUnavailable:
-            await asyncio.sleep(1)
 
 
 # --- handlers, one per (method, named, subresource) -----------------------------------------------

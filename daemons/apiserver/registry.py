@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import random
 import secrets
 import uuid
 from collections.abc import Callable
@@ -20,8 +21,10 @@ from daemons.api import errors
 from daemons.api.resources import RESOURCES, Resource
 from daemons.api.selectors import FieldSelectorQuery, LabelSelectorQuery, SelectorError
 from daemons.apiserver import patch as patches
+from daemons.apiserver import services
 from daemons.apiserver.cache import WatchCache
-from daemons.apiserver.storage import Storage
+from daemons.apiserver.services import ServiceNetwork
+from daemons.apiserver.storage import NO_CLAIMS, Claims, ClaimTaken, Storage
 from daemons.apiserver.validation import validate
 
 log = logging.getLogger(__name__)
@@ -74,9 +77,11 @@ DEFAULT_WRITE = WriteOptions()
 class Registry:
     """REST operations over ``Storage`` for any row of the resource table."""
 
-    def __init__(self, storage: Storage, cache: WatchCache | None = None) -> None:
+    def __init__(self, storage: Storage, network: ServiceNetwork, cache: WatchCache | None = None) -> None:
         self.storage = storage
+        self.network = network
         self.cache = cache
+        self.rng = random.Random()
 
     # --- helpers -----------------------------------------------------------------------------------
 
@@ -103,6 +108,20 @@ class Registry:
                 f'{resource.plural} "{namespace}" is forbidden: unable to create new content in namespace '
                 f"{namespace} because it is being terminated"
             )
+
+    async def _claims(self, resource: Resource, current: Obj | None, obj: Obj) -> tuple[Obj, Claims]:
+        """A Service with its cluster IP and node ports filled in, and the claims its write takes and gives back."""
+        if resource.kind != "Service":
+            return obj, NO_CLAIMS
+        held = None
+        if services.asks_for_new_values(obj, current):
+            held = services.held_by_others(await self.storage.list_keys(services.RANGES_PREFIX), current)
+        return services.allocate(self.network, obj, current, held, self.rng)
+
+    @staticmethod
+    def _held(resource: Resource, current: Obj) -> tuple[str, ...]:
+        """The claim keys a stored object gives back when it goes."""
+        return tuple(sorted(services.claim_keys(current))) if resource.kind == "Service" else ()
 
     @staticmethod
     def _check_identity(resource: Resource, obj: Obj, namespace: str | None, name: str | None) -> None:
@@ -177,15 +196,24 @@ class Registry:
         await self._require_namespace(resource, namespace, creating=True)
         if options.field_manager:
             obj = patches.record_update(None, obj, options.field_manager, now_rfc3339())
-        if options.dry_run:
-            return obj, warnings
         key = resource.storage_key(namespace, metadata["name"])
-        revision = await self.storage.create(key, obj)
-        if revision is None:
-            raise errors.already_exists(resource.plural, metadata["name"], resource.group)
-        obj["metadata"]["resourceVersion"] = str(revision)
-        log.info("created %s %s", resource.kind, object_name(obj))
-        return obj, warnings
+        for _attempt in range(MAX_CONFLICT_RETRIES):
+            stored, claims = await self._claims(resource, None, obj)
+            if options.dry_run:
+                return stored, warnings
+            try:
+                revision = await self.storage.create(key, stored, claims)
+            except ClaimTaken as taken:
+                log.debug("%s %s lost %s to another writer; allocating again", resource.kind, object_name(obj),
+                          taken)
+                continue
+            if revision is None:
+                raise errors.already_exists(resource.plural, metadata["name"], resource.group)
+            stored["metadata"]["resourceVersion"] = str(revision)
+            log.info("created %s %s", resource.kind, object_name(stored))
+            return stored, warnings
+        raise errors.ServerTimeout(f"could not allocate values for {resource.kind} {object_name(obj)} against "
+                                   "concurrent writers; try again")
 
     def _merge_update(self, resource: Resource, current: Obj, desired: Obj, subresource: str | None) -> Obj:
         """The object to store when ``desired`` replaces ``current`` through the main resource or ``status``."""
@@ -209,6 +237,8 @@ class Registry:
                 metadata["generation"] = int(current["metadata"].get("generation") or 1) + 1
         if resource.kind == "Pod" and subresource is None:
             check_pod_update(current, merged)
+        if resource.kind == "Service" and subresource is None:
+            merged = services.carry_over(current, merged)
         return merged
 
     async def update(self, resource: Resource, namespace: str | None, name: str, body: Obj,
@@ -240,7 +270,7 @@ class Registry:
             desired = mutate(current)
             try:
                 return await self._write(resource, current, desired, options, fresh)
-            except StaleRead:
+            except (StaleRead, ClaimTaken):
                 continue
             except errors.Conflict:
                 if pinned and fresh:
@@ -258,6 +288,7 @@ class Registry:
         revision = int(current["metadata"]["resourceVersion"])
         if options.field_manager:
             obj = patches.record_update(current, obj, options.field_manager, now_rfc3339())
+        obj, claims = await self._claims(resource, current, obj)
         unchanged = comparable(obj) == comparable(current)
         if unchanged and not fresh:
             raise StaleRead()
@@ -269,7 +300,7 @@ class Registry:
             await self._remove(resource, current)
             return current, warnings
         key = resource.storage_key(obj["metadata"].get("namespace"), obj["metadata"]["name"])
-        new_revision = await self.storage.update(key, obj, revision)
+        new_revision = await self.storage.update(key, obj, revision, claims)
         if new_revision is None:
             raise errors.conflict(resource.plural, obj["metadata"]["name"], resource.group)
         obj["metadata"]["resourceVersion"] = str(new_revision)
@@ -349,7 +380,7 @@ class Registry:
     async def _remove(self, resource: Resource, current: Obj) -> int:
         metadata = current["metadata"]
         key = resource.storage_key(metadata.get("namespace"), metadata["name"])
-        revision = await self.storage.delete(key, int(metadata["resourceVersion"]))
+        revision = await self.storage.delete(key, int(metadata["resourceVersion"]), self._held(resource, current))
         if revision is None:
             raise errors.conflict(resource.plural, metadata["name"], resource.group)
         log.info("deleted %s %s", resource.kind, object_name(current))
@@ -421,7 +452,7 @@ class Registry:
             items, _revision = await self.storage.list(resource.storage_prefix(namespace))
             for item in items:
                 await self.storage.delete(resource.storage_key(namespace, item["metadata"]["name"]),
-                                          int(item["metadata"]["resourceVersion"]))
+                                          int(item["metadata"]["resourceVersion"]), self._held(resource, item))
 
     async def delete_collection(self, resource: Resource, namespace: str | None, label_selector: str | None,
                                 field_selector: str | None, options: Obj, dry_run: bool = False) -> list[Obj]:

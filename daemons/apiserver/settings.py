@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from daemons.api.models import check_ip
+from daemons.apiserver.services import (
+    DEFAULT_CLUSTER_IP_RANGE,
+    DEFAULT_NODE_PORT_RANGE,
+    ServiceNetwork,
+    parse_cidr,
+    parse_port_range,
+)
 from daemons.machinery.settings import DaemonSettings
 
 
@@ -19,12 +27,42 @@ class ApiServerSettings(DaemonSettings):
         None, description="static token file (token,user,uid,\"group1,group2\"); without it no authentication"
     )
 
+    service_cluster_ip_range: str = Field(
+        DEFAULT_CLUSTER_IP_RANGE, description="IPv4 CIDR the Services' cluster IPs come from; its first address is "
+        "the kubernetes Service's")
+    service_node_port_range: str = Field(DEFAULT_NODE_PORT_RANGE, description="ports NodePort Services may use "
+                                         "(FIRST-LAST, both included)")
+    advertise_address: str | None = Field(
+        None, description="IP published in the default/kubernetes Endpoints (default: the address of the "
+        "default route, else 127.0.0.1)")
+
     kubelet_client_token_file: str | None = Field(
         None, description="file holding the bearer token presented to kubelets for pods/log and pods/exec"
     )
     kubelet_certificate_authority: str | None = Field(
         None, description="CA bundle to verify kubelets' serving certificates (unverified when absent)"
     )
+
+    @field_validator("service_cluster_ip_range")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        parse_cidr(value)
+        return value
+
+    @field_validator("service_node_port_range")
+    @classmethod
+    def _ports(cls, value: str) -> str:
+        parse_port_range(value)
+        return value
+
+    @field_validator("advertise_address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        return check_ip(value) if value else None
+
+    @property
+    def service_network(self) -> ServiceNetwork:
+        return ServiceNetwork.parse(self.service_cluster_ip_range, self.service_node_port_range)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ApiServerSettings:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlparse
 
@@ -46,6 +46,29 @@ def encode(obj: dict[str, Any]) -> bytes:
     """The stored form: resourceVersion is never stored, it is the key's revision."""
     metadata = {key: value for key, value in obj.get("metadata", {}).items() if key != "resourceVersion"}
     return json.dumps({**obj, "metadata": metadata}, separators=(",", ":")).encode()
+
+
+class ClaimTaken(Exception):
+    """A write lost because another object holds one of the claim keys it meant to create."""
+
+    def __init__(self, keys: list[str]) -> None:
+        super().__init__(", ".join(keys))
+        self.keys = keys
+
+
+@dataclass(frozen=True)
+class Claims:
+    """Keys a write takes (created only where absent) and gives back (deleted), in the object's transaction.
+
+    Values allocated to an object (a Service's cluster IP, its node ports) are one key each: two apiservers
+    sharing etcd can never hand out the same value, and nothing is taken unless the object is written.
+    """
+
+    take: dict[str, bytes] = field(default_factory=dict)
+    release: tuple[str, ...] = ()
+
+
+NO_CLAIMS = Claims()
 
 
 class Storage:
@@ -101,33 +124,56 @@ class Storage:
         items, revision = await self.list_keyed(prefix)
         return [obj for _key, obj in items], revision
 
-    async def _txn(self, compare: list[Any], success: list[Any]) -> tuple[bool, int]:
+    async def list_keys(self, prefix: str) -> list[str]:
+        """The keys under ``prefix``, without their values."""
+        key = prefix.encode()
+        response = await self._call("Range", rpc.RangeRequest(key=key, range_end=_prefix_end(key), keys_only=True))
+        return [kv.key.decode() for kv in response.kvs]
+
+    async def _txn(self, compare: list[Any], success: list[Any], failure: list[Any] | None = None) -> Any:
         request = rpc.TxnRequest(
             compare=[item.build_message() for item in compare],
             success=self._client._ops_to_requests(success),
-            failure=[],
+            failure=self._client._ops_to_requests(failure or []),
         )
-        response = await self._call("Txn", request)
-        return response.succeeded, response.header.revision
+        return await self._call("Txn", request)
 
-    async def create(self, key: str, obj: dict[str, Any]) -> int | None:
-        """Store a new key; the revision written, or None if the key exists."""
+    async def _guarded_txn(self, key: str, expected_revision: int, op: Any, claims: Claims) -> int | None:
+        """Run ``op`` on ``key`` if it is at ``expected_revision`` (0: absent) and no key of ``claims.take`` exists.
+
+        The revision written; None when ``key`` moved; ``ClaimTaken`` when only claims stood in the way.
+        """
         txn = self._client.transactions
-        ok, revision = await self._txn([txn.create(key.encode()) == 0], [txn.put(key.encode(), encode(obj))])
-        return revision if ok else None
+        taken = list(claims.take)
+        compare = [txn.mod(key.encode()) == expected_revision, *(txn.create(claim.encode()) == 0 for claim in taken)]
+        success = [op, *(txn.put(claim.encode(), value) for claim, value in claims.take.items()),
+                   *(txn.delete(claim.encode()) for claim in claims.release)]
+        failure = [txn.get(key.encode()), *(txn.get(claim.encode()) for claim in taken)] if taken else []
+        response = await self._txn(compare, success, failure)
+        if response.succeeded:
+            return response.header.revision
+        if taken:
+            current = response.responses[0].response_range.kvs
+            held = [claim for claim, result in zip(taken, response.responses[1:], strict=True)
+                    if result.response_range.kvs]
+            if (current[0].mod_revision if current else 0) == expected_revision and held:
+                raise ClaimTaken(held)
+        return None
 
-    async def update(self, key: str, obj: dict[str, Any], expected_revision: int) -> int | None:
+    async def create(self, key: str, obj: dict[str, Any], claims: Claims = NO_CLAIMS) -> int | None:
+        """Store a new key (and take ``claims``); the revision written, or None if the key exists."""
+        return await self._guarded_txn(key, 0, self._client.transactions.put(key.encode(), encode(obj)), claims)
+
+    async def update(self, key: str, obj: dict[str, Any], expected_revision: int,
+                     claims: Claims = NO_CLAIMS) -> int | None:
         """Replace a key only if it is still at ``expected_revision``; None on a lost race."""
-        txn = self._client.transactions
-        ok, revision = await self._txn(
-            [txn.mod(key.encode()) == expected_revision], [txn.put(key.encode(), encode(obj))]
-        )
-        return revision if ok else None
+        return await self._guarded_txn(key, expected_revision,
+                                       self._client.transactions.put(key.encode(), encode(obj)), claims)
 
-    async def delete(self, key: str, expected_revision: int) -> int | None:
-        txn = self._client.transactions
-        ok, revision = await self._txn([txn.mod(key.encode()) == expected_revision], [txn.delete(key.encode())])
-        return revision if ok else None
+    async def delete(self, key: str, expected_revision: int, release: tuple[str, ...] = ()) -> int | None:
+        """Delete a key at ``expected_revision`` with the claim keys it held; None on a lost race."""
+        return await self._guarded_txn(key, expected_revision, self._client.transactions.delete(key.encode()),
+                                       Claims(release=release))
 
     async def put_raw(self, key: str, value: bytes) -> None:
         await self._call("Put", rpc.PutRequest(key=key.encode(), value=value))

@@ -8,9 +8,9 @@ import itertools
 import pytest
 
 from daemons.api.errors import Conflict, NotFound
-from daemons.controller_manager.context import ControllerContext
-from daemons.controller_manager.controllers import check_selection, select_controllers
-from daemons.controller_manager.endpoints import (
+from daemons.controllers.context import ControllerContext
+from daemons.controllers.controllers import check_selection, select_controllers
+from daemons.controllers.endpoints import (
     CONTROLLER_NAME,
     HEADLESS_LABEL,
     MANAGED_BY_LABEL,
@@ -19,8 +19,8 @@ from daemons.controller_manager.endpoints import (
     endpoint_subsets,
     endpoints_labels,
 )
-from daemons.controller_manager.informers import InformerFactory
-from daemons.controller_manager.settings import ControllerManagerSettings
+from daemons.controllers.informers import InformerFactory
+from daemons.controllers.settings import ControllerManagerSettings
 from daemons.machinery.controller import TemporaryError
 
 pytestmark = pytest.mark.unit

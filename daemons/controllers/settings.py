@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from daemons.controller_manager.controllers import CONTROLLERS, check_selection
+from daemons.controllers.controllers import CONTROLLERS, check_selection
 from daemons.machinery.settings import DaemonSettings
 
 

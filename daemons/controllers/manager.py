@@ -6,10 +6,10 @@ import logging
 import threading
 
 from daemons.api.client import ApiClient
-from daemons.controller_manager.context import ControllerContext, ManagedController
-from daemons.controller_manager.controllers import CONTROLLERS, select_controllers
-from daemons.controller_manager.informers import InformerFactory
-from daemons.controller_manager.settings import ControllerManagerSettings
+from daemons.controllers.context import ControllerContext, ManagedController
+from daemons.controllers.controllers import CONTROLLERS, select_controllers
+from daemons.controllers.informers import InformerFactory
+from daemons.controllers.settings import ControllerManagerSettings
 
 log = logging.getLogger(__name__)
 

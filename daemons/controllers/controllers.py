@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from daemons.controller_manager.context import ControllerContext, ManagedController
-from daemons.controller_manager.endpoints import EndpointsController
+from daemons.controllers.context import ControllerContext, ManagedController
+from daemons.controllers.endpoints import EndpointsController
 
 CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
     "endpoints": EndpointsController,

@@ -23,7 +23,7 @@ from typing import Any
 from daemons.api.errors import APIError, Conflict, ConnectionFailed, NotFound
 from daemons.api.resources import Resource, by_kind
 from daemons.api.selectors import LabelSelectorQuery
-from daemons.controller_manager.context import ControllerContext
+from daemons.controllers.context import ControllerContext
 from daemons.machinery.controller import Controller, TemporaryError
 from daemons.machinery.keys import key_of, resource_version, split_key
 

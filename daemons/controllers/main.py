@@ -10,8 +10,8 @@ from prometheus_client import start_http_server
 
 from daemons.api.client import ApiClient
 from daemons.api.kubeconfig import KubeconfigError
-from daemons.controller_manager.manager import ControllerManager
-from daemons.controller_manager.settings import ControllerManagerSettings
+from daemons.controllers.manager import ControllerManager
+from daemons.controllers.settings import ControllerManagerSettings
 from daemons.machinery.log import setup_logging
 from daemons.machinery.settings import parse_settings
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from daemons.api.client import ApiClient
-from daemons.controller_manager.informers import InformerFactory
+from daemons.controllers.informers import InformerFactory
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,22 @@ def test_an_ip_out_of_range_or_malformed_is_refused_and_nothing_written(api, nam
     assert api.list(SERVICES, namespace)["items"] == []
 
 
+def test_a_create_that_fails_takes_nothing(api, namespace):
+    api.create(SERVICES, node_port_service("web", 30015), namespace)
+
+    with pytest.raises(errors.AlreadyExists):
+        api.create(SERVICES, service("web", clusterIP="10.96.0.206"), namespace)
+    half_bad = node_port_service("half", 30016, 30015)
+    half_bad["spec"]["clusterIP"] = "10.96.0.207"
+    assert "spec.ports[1].nodePort" in invalid(lambda: api.create(SERVICES, half_bad, namespace))
+
+    assert api.create(SERVICES, service("a", clusterIP="10.96.0.206"), namespace)["spec"]["clusterIP"] == "10.96.0.206"
+    retry = node_port_service("b", 30016)
+    retry["spec"]["clusterIP"] = "10.96.0.207"
+    reused = api.create(SERVICES, retry, namespace)
+    assert reused["spec"]["clusterIP"] == "10.96.0.207" and reused["spec"]["ports"][0]["nodePort"] == 30016
+
+
 def test_headless_services_take_no_ip(api, namespace):
     created = api.create(SERVICES, service("db", clusterIP="None", ports=[]), namespace)
     assert created["spec"]["clusterIP"] == "None" and created["spec"]["clusterIPs"] == ["None"]

@@ -39,6 +39,7 @@ IP = iptc.ip4tc.ipt_ip
 ENTRY_SIZE = iptc.ip4tc.xt_align(ct.sizeof(iptc.ip4tc.ipt_entry))
 IP_HEADER_SIZE = ct.sizeof(IP)  # addresses, interfaces, protocol, flags: what a rule matches on
 TARGET_OFFSET_AT = iptc.ip4tc.ipt_entry.target_offset.offset  # followed by next_offset, both u16
+MATCH_HEADER_SIZE = ct.sizeof(iptc.xtables.xt_entry_match)  # size (u16), name (29 chars), revision (u8)
 Chains = Mapping[str, Sequence[Rule]]
 PROBES = ("10.1.2.3", "172.20.30.40", "192.168.200.100")  # addresses whose bytes occur nowhere else in a target
 COMMIT_ATTEMPTS = 3
@@ -309,7 +310,25 @@ def _same_rule(entry: Any, target: str, wanted: ct.Array[ct.c_char], wanted_targ
     present = ct.string_at(ct.addressof(entry), entry.target_offset)
     expected = wanted.raw[:ct.cast(wanted, ct.POINTER(iptc.ip4tc.ipt_entry))[0].target_offset]
     return (target == wanted_target and present[:IP_HEADER_SIZE] == expected[:IP_HEADER_SIZE]
-            and present[ENTRY_SIZE:] == expected[ENTRY_SIZE:])
+            and _matches(present) == _matches(expected))
+
+
+def _matches(entry: bytes) -> list[tuple[bytes, int, bytes]]:
+    """The (name, revision, data) of each match of an encoded entry, up to its target.
+
+    Compared field by field: the kernel hands a match's name back as a C string, with whatever the
+    buffer held after its end.
+    """
+    found = []
+    offset = ENTRY_SIZE
+    while offset + MATCH_HEADER_SIZE <= len(entry):
+        (size,) = struct.unpack_from("=H", entry, offset)
+        if size < MATCH_HEADER_SIZE:
+            break
+        name = entry[offset + 2:offset + MATCH_HEADER_SIZE - 1].split(b"\0", 1)[0]
+        found.append((name, entry[offset + MATCH_HEADER_SIZE - 1], entry[offset + MATCH_HEADER_SIZE:offset + size]))
+        offset += size
+    return found
 
 
 class IptablesProgrammer:

@@ -356,6 +356,8 @@ KINDS: dict[tuple[str, str], str] = {
     ("v1", "Binding"): "Binding",
     ("apps/v1", "ReplicaSet"): "ReplicaSet",
     ("apps/v1", "Deployment"): "Deployment",
+    # client-go's typed DELETE sends its options in the group version of the resource it deletes.
+    **{(version, "DeleteOptions"): "DeleteOptions" for version in ("v1", "apps/v1", "meta.k8s.io/v1")},
 }
 
 SCALARS = frozenset({"string", "int", "bool", "bytes", "quantity", "intstr", "time", "microtime", "fields", "map",

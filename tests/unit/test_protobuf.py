@@ -368,3 +368,11 @@ def test_parse_body_decodes_protobuf_and_maps_errors():
     with pytest.raises(errors.BadRequest, match=r"not valid Kubernetes protobuf: .*truncated"):
         parse_body(KUBECTL_133_NAMESPACE[:20], PROTOBUF)
     assert parse_body(b'{"kind": "Namespace"}', "application/json") == {"kind": "Namespace"}
+
+
+def test_delete_options_as_client_go_sends_them_for_a_pod():
+    options = num(1, 0) + msg(2, text(1, "uid-1")) + text(4, "Foreground")
+    assert decode_object(body("v1", "DeleteOptions", options)) == {
+        "kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+        "preconditions": {"uid": "uid-1"}, "propagationPolicy": "Foreground",
+    }

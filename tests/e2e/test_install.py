@@ -1,7 +1,9 @@
 """The cluster that ``scripts/cluster-up.sh`` (``ansible-playbook site.yml``) stood up on this machine, checked as
-a user would: its programs run and come back when killed, both kubectls reach it, the node is Ready, the registry
-serves the base images through Docker's mirror, and running the playbook again changes nothing."""
+a user would: its programs run and come back when killed, both kubectls reach it, the node is Ready with the pod
+subnet flanneld leased it, Docker's bridge and the pods use that subnet, the ``kubernetes`` Service exists, the
+registry serves the base images through Docker's mirror, and running the playbook again changes nothing."""
 
+import ipaddress
 import json
 import os
 import re
@@ -24,9 +26,13 @@ CA_FILE = Path("/etc/minik8s/pki/ca.crt")
 APISERVER_READYZ = "https://127.0.0.1:6443/readyz"
 REGISTRY = "http://127.0.0.1:5000"
 
+SUBNET_FILE = Path("/run/flannel/subnet.env")
+CLUSTER_CIDR = ipaddress.ip_network("10.244.0.0/16")
+SERVICE_IP = "10.96.0.1"
+
 # Every long-running program of a single-node cluster, by its supervisord program / systemd unit name.
 PROGRAMS = ("etcd", "rabbitmq-server", "docker", "docker-registry", "minik8s-apiserver", "minik8s-scheduler",
-            "minik8s-kubelet")
+            "minik8s-controller-manager", "minik8s-flanneld", "minik8s-proxy", "minik8s-kubelet")
 
 
 def under_systemd() -> bool:
@@ -75,6 +81,16 @@ def apiserver_ready() -> bool:
         return False
 
 
+def node_name() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def subnet_lease() -> dict[str, str]:
+    """flanneld's subnet file: FLANNEL_NETWORK, FLANNEL_SUBNET (the bridge's address/prefix), FLANNEL_MTU."""
+    assert SUBNET_FILE.exists(), f"{SUBNET_FILE} is missing: flanneld has no lease"
+    return dict(line.split("=", 1) for line in SUBNET_FILE.read_text().split() if "=" in line)
+
+
 def changed_tasks(output: str) -> list[str]:
     """The names of the tasks that reported a change, from ansible-playbook's output."""
     names, task = [], None
@@ -100,7 +116,7 @@ def test_every_program_runs(installed):
 
 
 def test_our_kubectl_shows_this_node_ready(installed):
-    name = socket.gethostname().split(".")[0]
+    name = node_name()
 
     def ready_row():
         output = run_kubectl("get", "nodes").stdout
@@ -109,6 +125,57 @@ def test_our_kubectl_shows_this_node_ready(installed):
 
     row = wait_for(ready_row, 60, interval=1, what=f"node {name} to be Ready in `kubectl get nodes`")
     assert "control-plane" in row[2]
+
+
+def test_the_node_leased_a_subnet_of_the_cluster_cidr(installed):
+    lease = subnet_lease()
+    assert ipaddress.ip_network(lease["FLANNEL_NETWORK"]) == CLUSTER_CIDR
+    subnet = ipaddress.ip_interface(lease["FLANNEL_SUBNET"]).network
+    assert subnet.subnet_of(CLUSTER_CIDR) and subnet.prefixlen == 24
+    node = json.loads(run_kubectl("get", "node", node_name(), "-o", "json").stdout)
+    assert node["spec"].get("podCIDR") == str(subnet)
+
+
+def test_the_overlay_device_is_a_vxlan_on_this_machines_address(installed):
+    link = json.loads(subprocess.run(["ip", "-d", "-j", "link", "show", "flannel.1"], capture_output=True, text=True,
+                                     check=True).stdout)[0]
+    assert link["linkinfo"]["info_kind"] == "vxlan"
+    assert link["mtu"] == int(subnet_lease()["FLANNEL_MTU"])
+    addresses = json.loads(subprocess.run(["ip", "-j", "-4", "addr", "show", "flannel.1"], capture_output=True,
+                                          text=True, check=True).stdout)[0]["addr_info"]
+    subnet = ipaddress.ip_interface(subnet_lease()["FLANNEL_SUBNET"]).network
+    assert [info["local"] for info in addresses] == [str(subnet.network_address)]
+
+
+def test_dockers_bridge_uses_the_nodes_subnet_and_leaves_masquerading_to_flanneld(installed):
+    lease = subnet_lease()
+    bridge = json.loads(subprocess.run(["docker", "network", "inspect", "bridge"], capture_output=True, text=True,
+                                       check=True).stdout)[0]
+    gateway = ipaddress.ip_interface(lease["FLANNEL_SUBNET"])
+    assert bridge["IPAM"]["Config"][0]["Subnet"] == str(gateway.network)
+    assert bridge["IPAM"]["Config"][0]["Gateway"] == str(gateway.ip)
+    assert bridge["Options"]["com.docker.network.driver.mtu"] == lease["FLANNEL_MTU"]
+    assert bridge["Options"]["com.docker.network.bridge.enable_ip_masquerade"] == "false"
+
+
+def test_a_pod_gets_an_address_from_the_nodes_subnet(installed, e2e_namespace):
+    subnet = ipaddress.ip_interface(subnet_lease()["FLANNEL_SUBNET"]).network
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "address"},
+           "spec": {"containers": [{"name": "sleep", "image": "busybox", "command": ["sleep", "3600"]}]}}
+    run_kubectl("-n", e2e_namespace, "apply", "-f", "-", stdin=json.dumps(pod))
+
+    def pod_ip():
+        status = json.loads(run_kubectl("-n", e2e_namespace, "get", "pod", "address", "-o", "json").stdout)["status"]
+        return status.get("phase") == "Running" and status.get("podIP")
+
+    address = wait_for(pod_ip, 90, what="pod address to be Running with an IP")
+    assert ipaddress.ip_address(address) in subnet
+
+
+def test_the_kubernetes_service_points_at_the_apiserver(installed):
+    service = json.loads(run_kubectl("-n", "default", "get", "service", "kubernetes", "-o", "json").stdout)
+    assert service["spec"]["clusterIP"] == SERVICE_IP
+    assert [(port["port"], port["protocol"]) for port in service["spec"]["ports"]] == [(443, "TCP")]
 
 
 def test_upstream_kubectl_reads_roots_kubeconfig(installed):

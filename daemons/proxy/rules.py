@@ -90,12 +90,12 @@ class Match:
 
     module: str
     options: Options = ()
+    _hash: int = field(init=False, repr=False, compare=False)
 
-    @functools.cached_property
-    def _hash(self) -> int:
-        return hash((self.module, self.options))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.module, self.options)))
 
-    def __hash__(self) -> int:  # matches and rules key the encoder's caches; a field-by-field hash per lookup is slow
+    def __hash__(self) -> int:  # matches and rules key the encoder's caches: hashed once, not at every lookup
         return self._hash
 
     def __str__(self) -> str:
@@ -113,9 +113,11 @@ class Rule:
     protocol: str | None = None
     matches: tuple[Match, ...] = ()
 
-    @functools.cached_property
-    def _hash(self) -> int:
-        return hash((self.target, self.target_options, self.source, self.destination, self.protocol, self.matches))
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.target, self.target_options, self.source, self.destination,
+                                                 self.protocol, self.matches)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -186,6 +188,7 @@ def endpoint_chain(port: ServicePort, endpoint: str) -> str:
     return ENDPOINT_CHAIN_PREFIX + _name_hash(port.key + port.protocol + endpoint)
 
 
+@functools.lru_cache(maxsize=256)
 def probability(remaining: int) -> str:
     """``1/remaining`` as iptables-save prints it once the kernel has it (``1/3`` is ``0.33333333349``)."""
     scaled = int(PROBABILITY_SCALE / remaining + 0.5)  # the C library's lround, for positive values
@@ -200,6 +203,12 @@ _LOCAL = Match("addrtype", (("dst-type", "LOCAL"),))  # addressed to this node: 
 
 def _comment(text: str) -> Match:
     return Match("comment", (("comment", text),))
+
+
+@functools.lru_cache(maxsize=256)
+def _chance(remaining: int) -> Match:
+    """The statistic match that picks one of ``remaining`` endpoints."""
+    return Match("statistic", (("mode", "random"), ("probability", probability(remaining))))
 
 
 def _dport(protocol: str, port: int) -> Match:
@@ -285,8 +294,7 @@ def render_port(port: ServicePort, cluster_cidr: str) -> PortRules:
     for index, endpoint in enumerate(port.endpoints):
         sep = endpoint_chain(port, str(endpoint))
         remaining = len(port.endpoints) - index
-        chance = (Match("statistic", (("mode", "random"), ("probability", probability(remaining)))),)
-        spread.append(Rule(sep, matches=(comment, *(chance if remaining > 1 else ()))))
+        spread.append(Rule(sep, matches=(comment, _chance(remaining)) if remaining > 1 else (comment,)))
         endpoint_chains.append((sep, (
             Rule(MARK_MASQ, source=f"{endpoint.ip}/32", matches=(comment,)),
             Rule("DNAT", (("to-destination", str(endpoint)),), protocol=port.protocol, matches=(comment,)),

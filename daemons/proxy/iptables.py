@@ -7,12 +7,15 @@ atomic replace. Nothing that is not ours (Docker's chains and rules, anyone
 else's) is touched.
 
 python-iptables builds a rule in Python through ctypes and re-reads every
-match's parameters through its ``save`` hook when the rule is appended: about
-0.5 ms a rule, several seconds for a thousand services. So the ``Encoder``
-builds each distinct match and target once with python-iptables (parse, then
-final check), keeps the bytes, and assembles a rule's libiptc entry from the
-cached parts; entries of rules that did not change are reused from the
-previous sync. The kernel still receives exactly what python-iptables builds.
+match's parameters through the extension's save hook when the rule is
+appended: about 1.3 ms a rule on this 2-CPU machine, 15 s for a thousand
+services of three endpoints. So the ``Encoder`` parses each distinct match and
+target once with python-iptables (parse, then the extension's final check),
+keeps the bytes, and assembles an entry from them and the fixed ``ipt_entry``
+header (python-iptables' struct); DNAT targets, one per endpoint, are filled
+into a template learnt from python-iptables' own encodings. Entries of rules
+that did not change are reused from the previous sync, so a periodic resync
+costs little more than the libiptc calls.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ RETRY_MIN_SECONDS = 1.0
 RETRY_MAX_SECONDS = 30.0
 SYNC_POLL_SECONDS = 1.0
 INFORMER_STOP_SECONDS = 1.0
+LOGGED_CHANGES = 20  # a first sync of a big cluster changes every port: name a few, count the rest
 
 SYNC_SECONDS = Histogram("minik8s_proxy_sync_proxy_rules_duration_seconds",
                          "Time to render and apply the node's service state, every programmer included",
@@ -170,8 +171,11 @@ class Proxier:
         """Hand the current service ports to every programmer; False if any of them failed."""
         started = time.monotonic()
         ports = service_ports(self.services.store.list(), self.endpoints.store.list())
-        for line in describe_changes(self._ports, ports):
+        changes = describe_changes(self._ports, ports)
+        for line in changes[:LOGGED_CHANGES]:
             log.info("%s", line)
+        if len(changes) > LOGGED_CHANGES:
+            log.info("and %d more service ports changed", len(changes) - LOGGED_CHANGES)
         failed = False
         for programmer in self.programmers:
             try:

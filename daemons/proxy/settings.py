@@ -17,8 +17,8 @@ def _hostname() -> str:
 class ProxySettings(DaemonSettings):
     """minik8s-proxy: routes Services' ClusterIPs and NodePorts to their ready endpoints with iptables."""
 
-    node_name: str = Field(default_factory=_hostname, description="this node's name (default: the hostname); "
-                           "names the proxy's event queues, one set per node")
+    node_name: str = Field(default_factory=_hostname, min_length=1, description="this node's name (default: the "
+                           "hostname); names the proxy's event queues, one set per node")
     cluster_cidr: str = Field("10.244.0.0/16", description="the pods' network: traffic to a ClusterIP from "
                               "outside it is masqueraded, so replies come back through this node")
     masquerade_bit: int = Field(14, ge=0, le=31, description="bit of the packet mark that asks for SNAT")

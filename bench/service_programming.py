@@ -164,7 +164,7 @@ def measure_sync(args: argparse.Namespace) -> None:
           f"{chains} chains; python {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")
     print(f"{'':<34}{'n':>4}{'p50 ms':>10}{'p99 ms':>10}")
-    for name, timed in (("cold start", cold), ("restart (rules already there)", restart),
+    for name, timed in (("cold start", cold), ("restart (rules in place)", restart),
                         ("resync (nothing changed)", resync), ("one endpoint changed", change)):
         print(row(f"{name}: total", timed.total))
         print(row("  render", timed.render))

@@ -105,6 +105,14 @@ def by_kind(api_version: str, kind: str) -> Resource | None:
     return None
 
 
+def require(api_version: str, kind: str) -> Resource:
+    """The row for a kind a daemon is built around; a LookupError says the table lacks it."""
+    resource = by_kind(api_version, kind)
+    if resource is None:
+        raise LookupError(f"the resource table has no {api_version} {kind}")
+    return resource
+
+
 def resolve(name: str) -> Resource | None:
     """The row a user means by a name on the command line: plural, singular, short or kind, optionally ``.group``."""
     wanted, _, group = name.lower().partition(".")

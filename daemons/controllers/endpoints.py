@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from daemons.api.errors import APIError, Conflict, ConnectionFailed, NotFound
-from daemons.api.resources import Resource, by_kind
+from daemons.api.resources import require
 from daemons.api.selectors import LabelSelectorQuery
 from daemons.controllers.context import ControllerContext
 from daemons.machinery.controller import Controller, TemporaryError
@@ -38,16 +38,9 @@ CONTROLLER_NAME = "endpoint-controller"
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
-def _resource(kind: str) -> Resource:
-    resource = by_kind("v1", kind)
-    if resource is None:
-        raise LookupError(f"the resource table has no v1 {kind}")
-    return resource
-
-
-SERVICES = _resource("Service")
-PODS = _resource("Pod")
-ENDPOINTS = _resource("Endpoints")
+SERVICES = require("v1", "Service")
+PODS = require("v1", "Pod")
+ENDPOINTS = require("v1", "Endpoints")
 
 
 # --- what the Endpoints should say (pure) -----------------------------------------------------------

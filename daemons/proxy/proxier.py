@@ -23,7 +23,7 @@ from typing import Protocol
 from prometheus_client import Counter, Gauge, Histogram
 
 from daemons.api.client import ApiClient
-from daemons.api.resources import Resource, by_kind
+from daemons.api.resources import require
 from daemons.machinery.informer import Informer, Obj
 from daemons.proxy.services import ServicePort, service_ports
 from daemons.proxy.settings import ProxySettings
@@ -55,15 +55,8 @@ class Programmer(Protocol):
     def cleanup(self) -> None: ...
 
 
-def _resource(kind: str) -> Resource:
-    resource = by_kind("v1", kind)
-    if resource is None:
-        raise LookupError(f"the resource table has no v1 {kind}")
-    return resource
-
-
-SERVICES = _resource("Service")
-ENDPOINTS = _resource("Endpoints")
+SERVICES = require("v1", "Service")
+ENDPOINTS = require("v1", "Endpoints")
 
 
 def _key(obj: Obj) -> str:

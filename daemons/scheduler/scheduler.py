@@ -20,7 +20,7 @@ from prometheus_client import Counter, Histogram
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import APIError, Conflict, ConnectionFailed, NotFound
-from daemons.api.resources import Resource, by_kind
+from daemons.api.resources import require
 from daemons.machinery.controller import Controller, TemporaryError
 from daemons.machinery.events import EventRecorder
 from daemons.machinery.informer import Informer
@@ -34,15 +34,8 @@ from daemons.scheduler.usage import Obj, is_terminal, pod_requests
 log = logging.getLogger(__name__)
 
 
-def _resource(kind: str) -> Resource:
-    resource = by_kind("v1", kind)
-    if resource is None:
-        raise LookupError(f"the resource table has no v1 {kind}")
-    return resource
-
-
-PODS = _resource("Pod")
-NODES = _resource("Node")
+PODS = require("v1", "Pod")
+NODES = require("v1", "Node")
 DEFAULT_SCHEDULER = "default-scheduler"
 INITIAL_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 10.0  # Kubernetes' podMaxBackoffSeconds: an unschedulable pod is looked at again this often

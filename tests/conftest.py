@@ -546,6 +546,40 @@ class ApiServerProcess(ServiceProcess):
 # --- upstream kubectl ---------------------------------------------------------------------------------
 
 CLOUD_SDK_KUBECTLS = {version: Path(f"/usr/lib/google-cloud-sdk/bin/kubectl.{version}") for version in ("1.27", "1.33")}
+class ApiDaemonProcess(ServiceProcess):
+    """One of our daemons (``program``) with the apiserver's admin kubeconfig; ready once it serves /metrics."""
+
+    program = ""
+
+    def __init__(self, workdir: Path, apiserver: ApiServerProcess, *args: str) -> None:
+        super().__init__(workdir)
+        self.apiserver = apiserver
+        self.args = args
+        self.metrics_port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def command(self) -> list[str]:
+        return [str(Path(sys.executable).with_name(self.program)), "--kubeconfig", str(self.apiserver.kubeconfig),
+                "--metrics-port", str(self.metrics_port), *self.args]
+
+    def environment(self) -> dict[str, str]:
+        return daemon_environment()
+
+    def is_ready(self) -> bool:
+        return httpx.get(self.metrics_url, timeout=2).status_code == 200
+
+
+def delete_queues(amqp_url: str, queues: Sequence[str]) -> None:
+    """Drop a daemon's durable queues, which would otherwise fill with every later test's events."""
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        channel = connection.channel()
+        for queue in queues:
+            channel.queue_delete(queue)
+    finally:
+        connection.close()
+
+
 PYPI_KUBECTL = REPO_ROOT / ".tools" / "kubectl" / "bin" / "kubectl"
 
 

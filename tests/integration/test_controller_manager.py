@@ -7,20 +7,17 @@ pods' status (IP, Ready condition) through the status subresource.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pika
 import pytest
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
 from daemons.api.resources import resolve
-from tests.conftest import ApiServerProcess, RabbitMQProcess, ServiceProcess, daemon_environment, free_port
+from tests.conftest import ApiDaemonProcess, ApiServerProcess, RabbitMQProcess, delete_queues
 
 PODS = resolve("pods")
 SERVICES = resolve("services")
@@ -29,38 +26,11 @@ QUEUES = ("controller-manager.services", "controller-manager.pods", "controller-
 NODE = "cm-test-node"
 
 
-class ControllerManagerProcess(ServiceProcess):
+class ControllerManagerProcess(ApiDaemonProcess):
     """``minik8s-controller-manager`` with the apiserver's admin kubeconfig, on RabbitMQ when given its URL."""
 
     name = "controller-manager"
-
-    def __init__(self, workdir: Path, apiserver: ApiServerProcess, *args: str) -> None:
-        super().__init__(workdir)
-        self.apiserver = apiserver
-        self.args = args
-        self.metrics_port = free_port()
-        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-
-    def command(self) -> list[str]:
-        return [str(Path(sys.executable).with_name("minik8s-controller-manager")), "--kubeconfig",
-                str(self.apiserver.kubeconfig), "--metrics-port", str(self.metrics_port), *self.args]
-
-    def environment(self) -> dict[str, str]:
-        return daemon_environment()
-
-    def is_ready(self) -> bool:
-        return httpx.get(self.metrics_url, timeout=2).status_code == 200
-
-
-def delete_queues(amqp_url: str) -> None:
-    """Drop the daemon's durable queues, which would otherwise fill with every later test's events."""
-    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    try:
-        channel = connection.channel()
-        for queue in QUEUES:
-            channel.queue_delete(queue)
-    finally:
-        connection.close()
+    program = "minik8s-controller-manager"
 
 
 @pytest.fixture(scope="module", params=["rabbitmq", "http-watch"])
@@ -74,7 +44,7 @@ def manager(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     finally:
         process.stop()
         if args:
-            delete_queues(rabbitmq.url)
+            delete_queues(rabbitmq.url, QUEUES)
 
 
 # --- objects ----------------------------------------------------------------------------------------

@@ -25,14 +25,20 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pika
 import pytest
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
 from daemons.api.resources import resolve
 from daemons.proxy.rules import NodeFacts, render
-from tests.conftest import ApiServerProcess, RabbitMQProcess, ServiceProcess, daemon_environment, free_port
+from tests.conftest import (
+    ApiServerProcess,
+    RabbitMQProcess,
+    ServiceProcess,
+    daemon_environment,
+    delete_queues,
+    free_port,
+)
 
 SERVICES = resolve("services")
 ENDPOINTS = resolve("endpoints")
@@ -273,16 +279,6 @@ class ProxyProcess(ServiceProcess):
                        message="the proxy's periodic sync")
 
 
-def delete_queues(amqp_url: str, node_name: str) -> None:
-    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    try:
-        channel = connection.channel()
-        for resource in ("services", "endpoints"):
-            channel.queue_delete(f"proxy.{node_name}.{resource}")
-    finally:
-        connection.close()
-
-
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory: pytest.TempPathFactory, node: Node, apiserver: ApiServerProcess,
           rabbitmq: RabbitMQProcess) -> Iterator[ProxyProcess]:
@@ -294,7 +290,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory, node: Node, apiserver: ApiSe
         yield process
     finally:
         process.stop()
-        delete_queues(rabbitmq.url, process.node_name)
+        delete_queues(rabbitmq.url, [f"proxy.{process.node_name}.{resource}" for resource in ("services", "endpoints")])
 
 
 # --- services through the API -------------------------------------------------------------------------

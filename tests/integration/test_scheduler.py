@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import httpx
-import pika
 import pytest
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
 from daemons.api.resources import resolve
-from tests.conftest import ApiServerProcess, RabbitMQProcess, ServiceProcess, daemon_environment, free_port
+from tests.conftest import ApiDaemonProcess, ApiServerProcess, RabbitMQProcess, delete_queues
 
 PODS = resolve("pods")
 NODES = resolve("nodes")
@@ -33,38 +30,11 @@ ZONES = ("a", "b", "c")
 QUEUES = ("scheduler.pods", "scheduler.nodes")
 
 
-class SchedulerProcess(ServiceProcess):
+class SchedulerProcess(ApiDaemonProcess):
     """``minik8s-scheduler`` with the apiserver's admin kubeconfig, on RabbitMQ when given its URL."""
 
     name = "scheduler"
-
-    def __init__(self, workdir: Path, apiserver: ApiServerProcess, *args: str) -> None:
-        super().__init__(workdir)
-        self.apiserver = apiserver
-        self.args = args
-        self.metrics_port = free_port()
-        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-
-    def command(self) -> list[str]:
-        return [str(Path(sys.executable).with_name("minik8s-scheduler")), "--kubeconfig",
-                str(self.apiserver.kubeconfig), "--metrics-port", str(self.metrics_port), *self.args]
-
-    def environment(self) -> dict[str, str]:
-        return daemon_environment()
-
-    def is_ready(self) -> bool:
-        return httpx.get(self.metrics_url, timeout=2).status_code == 200
-
-
-def delete_queues(amqp_url: str) -> None:
-    """Drop the scheduler's durable queues, which would otherwise fill with every later test's events."""
-    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    try:
-        channel = connection.channel()
-        for queue in QUEUES:
-            channel.queue_delete(queue)
-    finally:
-        connection.close()
+    program = "minik8s-scheduler"
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +46,7 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProc
         yield process
     finally:
         process.stop()
-        delete_queues(rabbitmq.url)
+        delete_queues(rabbitmq.url, QUEUES)
 
 
 @pytest.fixture(scope="module")

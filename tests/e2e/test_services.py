@@ -76,7 +76,8 @@ def fetch_from_host(url: str) -> str | None:
 
 
 def fetch_from_pod(namespace: str, url: str) -> str | None:
-    result = run_kubectl("-n", namespace, "exec", "client", "--", "wget", "-qO-", "-T", "2", url, check=False)
+    # busybox's own `wget -T` crashes; its `timeout` applet bounds the request instead.
+    result = run_kubectl("-n", namespace, "exec", "client", "--", "timeout", "3", "wget", "-qO-", url, check=False)
     return result.stdout.strip() if result.returncode == 0 else None
 
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: on a fresh Debian 12 machine (as root) it first stands up the cluster on this machine
 # (scripts/cluster-up.sh, for the e2e tests), installs what the other tests start (etcd, RabbitMQ, openssl) and
-# the project's virtual environment, then runs ruff and pytest.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m unit`. MINIK8S_CLUSTER_UP=0 skips the cluster.
+# the project's virtual environment, then runs ruff and pytest, then the multi-node scenario in Docker
+# containers (`molecule test -s multinode`; its full output goes to .tools/molecule-multinode.log).
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m unit`. MINIK8S_CLUSTER_UP=0 skips the cluster,
+# MINIK8S_MOLECULE=0 the molecule scenario.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -91,10 +93,32 @@ install_upstream_kubectl
 echo "ruff check ."
 .venv/bin/ruff check .
 
+# molecule comes with Ansible (requirements-ansible.txt): cluster-up.sh installs both into .tools/ansible before
+# it runs anything, and with --version it stops there.
+run_molecule() {
+    local scenario=$1 log=.tools/molecule-$1.log started=$SECONDS status=0
+    bash scripts/cluster-up.sh --version >/dev/null || return 1
+    echo "molecule test -s $scenario (full output: $log)"
+    # Progress: the steps as they start and end, and how long each playbook took. The pipeline's status is
+    # molecule's (pipefail).
+    PATH="$PWD/.tools/ansible/bin:$PATH" NO_COLOR=1 ANSIBLE_FORCE_COLOR=0 \
+        .tools/ansible/bin/molecule test -s "$scenario" 2>&1 \
+        | tee "$log" | { grep --line-buffered -E "^[A-Z]+ +\[$scenario > |Playbook run took" || true; } || status=$?
+    if ((status != 0)); then
+        echo "error: molecule test -s $scenario failed with status $status; the end of its output:" >&2
+        tail -n 150 "$log" >&2
+    fi
+    echo "molecule test -s $scenario: $((SECONDS - started)) s"
+    return "$status"
+}
+
 status=0
 .venv/bin/pytest -q "$@" || status=$?
 if ((status == 5)); then
     echo "error: pytest collected no tests" >&2
     exit 1
+fi
+if [[ ${MINIK8S_MOLECULE:-1} != 0 ]]; then
+    run_molecule multinode || status=1
 fi
 exit "$status"

@@ -60,7 +60,8 @@ def kubernetes_endpoints(address: str, secure_port: int) -> Obj:
 
 
 async def bootstrap(registry: Registry, secure_port: int, advertise_address: str) -> None:
-    """Create what every cluster has, waiting for etcd as long as it takes."""
+    """Create what every cluster has, waiting for etcd as long as it takes and retrying whatever else fails."""
+    delay = 1.0
     while True:
         try:
             await ensure_namespaces(registry)
@@ -70,6 +71,10 @@ async def bootstrap(registry: Registry, secure_port: int, advertise_address: str
             return
         except errors.ServiceUnavailable:
             await asyncio.sleep(1)
+        except errors.APIError as error:  # /readyz stays 503 until this succeeds: say why and keep trying
+            log.warning("default/%s: %s; retrying in %.0f s", KUBERNETES, error, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
 
 async def ensure_namespaces(registry: Registry) -> None:

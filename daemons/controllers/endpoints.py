@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from daemons.api.errors import APIError, Conflict, ConnectionFailed, NotFound
+from daemons.api.models import HEADLESS
 from daemons.api.resources import require
 from daemons.api.selectors import LabelSelectorQuery
 from daemons.controllers.context import ControllerContext
@@ -52,7 +53,7 @@ def service_selector(service: Obj) -> dict[str, str] | None:
 
 
 def is_headless(service: Obj) -> bool:
-    return (service.get("spec") or {}).get("clusterIP") == "None"
+    return (service.get("spec") or {}).get("clusterIP") == HEADLESS
 
 
 def pod_ready(pod: Obj) -> bool:

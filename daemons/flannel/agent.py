@@ -114,7 +114,7 @@ class Agent:
             self._served = False
             try:
                 await self._serve(registry)
-            except (EtcdUnavailable, InvalidConfig, KernelError, FirewallError, AcquireError) as error:
+            except (EtcdUnavailable, InvalidConfig, KernelError, FirewallError, AcquireError, OSError) as error:
                 delay = 1.0 if self._served else delay
                 log.warning("%s; kernel state kept, retrying in %.0fs", error, delay)
                 await self._sleep(delay)

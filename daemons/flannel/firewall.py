@@ -58,8 +58,8 @@ def _commit(table: iptc.Table, changes: list[str]) -> list[str]:
     return changes
 
 
-def _ensure(table_name: str, builtin: str, name: str, specs: list[RuleSpec]) -> list[str]:
-    """Chain ``name`` holds exactly ``specs`` and ``builtin`` jumps to it once, first."""
+def _ensure(table_name: str, builtin: str, name: str, specs: list[RuleSpec], *, append: bool = False) -> list[str]:
+    """Chain ``name`` holds exactly ``specs`` and ``builtin`` jumps to it once (first, or last with ``append``)."""
     table = iptc.Table(table_name)
     table.autocommit = False
     table.refresh()
@@ -78,7 +78,10 @@ def _ensure(table_name: str, builtin: str, name: str, specs: list[RuleSpec]) -> 
     for extra in jumps[1:]:
         parent.delete_rule(extra)
         changes.append(f"removed a duplicate jump {table_name} {builtin} -> {name}")
-    if not jumps:
+    if not jumps and append:
+        parent.append_rule(_rule(RuleSpec(name)))
+        changes.append(f"appended {table_name} {builtin} -j {name}")
+    elif not jumps:
         parent.insert_rule(_rule(RuleSpec(name)))
         changes.append(f"inserted {table_name} {builtin} -j {name}")
     return _commit(table, changes)
@@ -104,7 +107,8 @@ def _remove(table_name: str, builtin: str, name: str) -> list[str]:
 def ensure_rules(network: IPv4Network, ip_masq: bool) -> list[str]:
     """Converge both chains; what changed, for the log. Masquerading is removed when ``ip_masq`` is off."""
     try:
-        changes = _ensure(iptc.Table.FILTER, "FORWARD", FORWARD_CHAIN, forward_rules(network))
+        # Appended, as flannel does: the proxy's FORWARD rules (REJECT for Services without endpoints) come first.
+        changes = _ensure(iptc.Table.FILTER, "FORWARD", FORWARD_CHAIN, forward_rules(network), append=True)
         if ip_masq:
             return changes + _ensure(iptc.Table.NAT, "POSTROUTING", POSTROUTING_CHAIN, postrouting_rules(network))
         return changes + _remove(iptc.Table.NAT, "POSTROUTING", POSTROUTING_CHAIN)

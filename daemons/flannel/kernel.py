@@ -62,6 +62,13 @@ async def _all(result: Any) -> list[Any]:
 
 async def find_underlay(ipr: AsyncIPRoute, public_ip: IPv4Address | None, iface: str | None) -> Underlay:
     """The underlay: ``iface``, else the interface holding ``public_ip``, else the default route's interface."""
+    try:
+        return await _find_underlay(ipr, public_ip, iface)
+    except NetlinkError as error:  # an interface that went away between two requests
+        raise KernelError(f"looking for the underlay: {error}") from None
+
+
+async def _find_underlay(ipr: AsyncIPRoute, public_ip: IPv4Address | None, iface: str | None) -> Underlay:
     addresses = await _all(await ipr.addr("dump", family=socket.AF_INET))
     index: int | None = None
     if iface:
@@ -148,6 +155,13 @@ async def delete_device(ipr: AsyncIPRoute, name: str) -> bool:
 
 async def read_peers(ipr: AsyncIPRoute, index: int) -> PeerState:
     """The routes, permanent neighbours and FDB entries the device carries now."""
+    try:
+        return await _read_peers(ipr, index)
+    except NetlinkError as error:  # the device was deleted or recreated meanwhile
+        raise KernelError(f"reading the device's peers: {error}") from None
+
+
+async def _read_peers(ipr: AsyncIPRoute, index: int) -> PeerState:
     routes = {
         Route(IPv4Network(f"{r.get('RTA_DST')}/{r['dst_len']}"), IPv4Address(r.get("RTA_GATEWAY")))
         for r in await _all(await ipr.route("dump", family=socket.AF_INET, table=MAIN_TABLE, oif=index))

@@ -12,11 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from daemons.api.models import HEADLESS, NODE_PORT_TYPES
+
 Obj = dict[str, Any]
 
 # SCTP needs a kernel module and a conntrack helper that nodes do not load; ports of other protocols are skipped.
 PROTOCOLS = ("TCP", "UDP")
-NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def service_ports(services: Iterable[Obj], endpoints: Iterable[Obj]) -> list[Ser
     for service in sorted(services, key=_key):
         metadata, spec = service.get("metadata") or {}, service.get("spec") or {}
         kind = spec.get("type") or "ClusterIP"
-        if kind == "ExternalName" or spec.get("clusterIP") == "None":
+        if kind == "ExternalName" or spec.get("clusterIP") == HEADLESS:
             continue
         cluster_ip = _ipv4(spec.get("clusterIP"))
         for port in spec.get("ports") or []:

@@ -79,9 +79,9 @@ def fetch_from_host(url: str) -> str | None:
         return None
 
 
-def fetch_from_pod(namespace: str, url: str) -> str | None:
+def fetch_from_pod(namespace: str, url: str, pod: str = "client") -> str | None:
     # busybox's own `wget -T` crashes; its `timeout` applet bounds the request instead.
-    result = run_kubectl("-n", namespace, "exec", "client", "--", "timeout", "3", "wget", "-qO-", url, check=False)
+    result = run_kubectl("-n", namespace, "exec", pod, "--", "timeout", "3", "wget", "-qO-", url, check=False)
     return result.stdout.strip() if result.returncode == 0 else None
 
 
@@ -120,6 +120,13 @@ def test_a_cluster_ip_spreads_requests_over_every_ready_pod(cluster, e2e_namespa
     for version, binary in upstream_kubectls().items():
         theirs = run_kubectl("-n", e2e_namespace, "get", "svc", "echo", binary=str(binary)).stdout.splitlines()
         assert theirs[1].split()[:5] == row[:5], version
+
+
+def test_a_pod_reaches_itself_through_its_own_service(cluster, e2e_namespace, echo):
+    service = cluster.create(SERVICES, echo_service(), e2e_namespace)
+    url = f"http://{service['spec']['clusterIP']}/"
+    wait_for(lambda: "echo-0" in answering(lambda u: fetch_from_pod(e2e_namespace, u, "echo-0"), url, 12), 60,
+             what="echo-0 to get its own answer back through the ClusterIP")
 
 
 def test_a_node_port_answers_on_the_node_address_from_the_host_and_from_pods(cluster, e2e_namespace, echo):

@@ -13,12 +13,11 @@ import threading
 
 from daemons.api.client import ApiClient
 from daemons.api.resources import Resource
-from daemons.machinery.informer import Informer
+from daemons.machinery.informer import Informer, wait_all_synced
 
 log = logging.getLogger(__name__)
 
 QUEUE_PREFIX = "controller-manager"
-SYNC_POLL_SECONDS = 1.0
 
 
 class InformerFactory:
@@ -55,12 +54,7 @@ class InformerFactory:
 
     def wait_synced(self, stopping: threading.Event) -> bool:
         """Block until every informer has filled its cache; False if ``stopping`` was set first."""
-        for informer in self.informers:
-            while not informer.wait_synced(SYNC_POLL_SECONDS):
-                if stopping.is_set():
-                    return False
-                log.debug("waiting for the %s cache", informer.name)
-        return True
+        return wait_all_synced(self.informers, stopping)
 
     def stop(self, timeout: float) -> None:
         for informer in self.informers:

@@ -36,6 +36,7 @@ EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
 RETRY_MIN_SECONDS = 0.5
 RETRY_MAX_SECONDS = 10.0
 PREFETCH = 200
+SYNC_POLL_SECONDS = 1.0  # how often a daemon waiting for its caches looks whether it is told to stop
 
 Obj = dict[str, Any]
 DeltaType = Literal["add", "update", "delete"]
@@ -501,3 +502,16 @@ class Informer:
                 self.handle_event(event)
             self._watch_rv = max(self._watch_rv, resource_version(obj))
         return received or time.monotonic() - started >= 1.0
+
+
+def wait_all_synced(informers: Iterable[Informer], stopping: threading.Event) -> bool:
+    """Block until every informer has filled its cache; False if ``stopping`` was set first.
+
+    Daemons start working only on full caches, so nothing is decided on a half-known cluster.
+    """
+    for informer in informers:
+        while not informer.wait_synced(SYNC_POLL_SECONDS):
+            if stopping.is_set():
+                return False
+            logger.debug("waiting for the %s cache", informer.name)
+    return True

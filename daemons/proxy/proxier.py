@@ -24,7 +24,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from daemons.api.client import ApiClient
 from daemons.api.resources import require
-from daemons.machinery.informer import Informer, Obj
+from daemons.machinery.informer import Informer, Obj, wait_all_synced
 from daemons.proxy.services import ServicePort, service_ports
 from daemons.proxy.settings import ProxySettings
 
@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 
 RETRY_MIN_SECONDS = 1.0
 RETRY_MAX_SECONDS = 30.0
-SYNC_POLL_SECONDS = 1.0
 INFORMER_STOP_SECONDS = 1.0
 LOGGED_CHANGES = 20  # a first sync of a big cluster changes every port: name a few, count the rest
 
@@ -105,7 +104,7 @@ class Proxier:
         self.services.start()
         self.endpoints.start()
         try:
-            if self._wait_synced():
+            if wait_all_synced((self.services, self.endpoints), self._stopping):
                 log.info("proxying %d services with %s", len(self.services.store),
                          ", ".join(programmer.name for programmer in self.programmers))
                 self._loop()
@@ -117,13 +116,6 @@ class Proxier:
         """End the loop; whatever was programmed stays in place, so traffic keeps flowing while we are away."""
         self._stopping.set()
         self._dirty.set()
-
-    def _wait_synced(self) -> bool:
-        for informer in (self.services, self.endpoints):
-            while not informer.wait_synced(SYNC_POLL_SECONDS):
-                if self._stopping.is_set():
-                    return False
-        return True
 
     # --- informer handlers --------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from daemons.api.errors import APIError, Conflict, ConnectionFailed, NotFound
 from daemons.api.resources import require
 from daemons.machinery.controller import Controller, TemporaryError
 from daemons.machinery.events import EventRecorder
-from daemons.machinery.informer import Informer
+from daemons.machinery.informer import Informer, wait_all_synced
 from daemons.machinery.keys import key_of, resource_version, split_key
 from daemons.scheduler.cache import UsageCache
 from daemons.scheduler.predicates import failure_message, filter_nodes, ready_status
@@ -39,7 +39,6 @@ NODES = require("v1", "Node")
 DEFAULT_SCHEDULER = "default-scheduler"
 INITIAL_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 10.0  # Kubernetes' podMaxBackoffSeconds: an unschedulable pod is looked at again this often
-SYNC_POLL_SECONDS = 1.0
 # An HTTP watch ends only with its stream; the informer threads are daemons, so shutdown need not wait for it.
 INFORMER_STOP_SECONDS = 1.0
 # Binding refusals that no retry can turn around: someone else placed the pod, or it is going away.
@@ -139,7 +138,7 @@ class Scheduler:
         self.pods.start()
         self.nodes.start()
         try:
-            if self._wait_synced():
+            if wait_all_synced((self.pods, self.nodes), self._stopping):
                 self.controller.start()
                 log.info("scheduling pods of %s: %d nodes, %d pods cached", self.scheduler_name,
                          len(self.nodes.store), len(self.pods.store))
@@ -151,13 +150,6 @@ class Scheduler:
 
     def stop(self) -> None:
         self._stopping.set()
-
-    def _wait_synced(self) -> bool:
-        for informer in (self.pods, self.nodes):
-            while not informer.wait_synced(SYNC_POLL_SECONDS):
-                if self._stopping.is_set():
-                    return False
-        return True
 
     # --- informer handlers --------------------------------------------------------------------------
 

@@ -42,6 +42,10 @@ class ApiServerSettings(DaemonSettings):
     kubelet_certificate_authority: str | None = Field(
         None, description="CA bundle to verify kubelets' serving certificates (unverified when absent)"
     )
+    prometheus_url: str | None = Field(
+        None, description="Prometheus behind the metrics.k8s.io API (kubectl top), e.g. http://127.0.0.1:9090; "
+        "unset: that API is not served"
+    )
 
     @field_validator("service_cluster_ip_range")
     @classmethod

@@ -16,6 +16,9 @@ class ControllerContext:
     client: ApiClient
     informers: InformerFactory
     workers: int
+    prometheus_url: str | None = None
+    horizontal_pod_autoscaler_sync_period: float = 15.0
+    prometheus_sd_dir: str | None = None
 
 
 class ManagedController(Protocol):

@@ -18,6 +18,16 @@ class ControllerManagerSettings(DaemonSettings):
     workers: int = Field(5, ge=1, description="keys each controller syncs in parallel")
     resync_seconds: float = Field(30.0, gt=0, description="seconds between full re-LISTs of every watched resource")
     metrics_port: int = Field(10257, ge=0, le=65535, description="port serving Prometheus /metrics; 0 turns it off")
+    prometheus_url: str | None = Field(
+        None, description="Prometheus the autoscaler reads pod CPU and memory from, e.g. http://127.0.0.1:9090"
+    )
+    horizontal_pod_autoscaler_sync_period: float = Field(
+        15.0, gt=0, description="seconds between two evaluations of each HorizontalPodAutoscaler"
+    )
+    prometheus_sd_dir: str | None = Field(
+        None, description="folder where the scrape targets of every node's kubelet and proxy are written as "
+        "Prometheus file_sd JSON; unset: none are written"
+    )
 
     @field_validator("controllers")
     @classmethod

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from daemons.api.client import ApiClient
-from daemons.api.errors import NotFound
-from daemons.api.resources import by_kind
+from daemons.api.errors import APIError, ConnectionFailed, NotFound
+from daemons.api.resources import by_kind, require
 from daemons.kubelet import spec as podspec
 from daemons.kubelet.decisions import Action, ObservedContainer, PodContainers, backoff_delay, next_action
 from daemons.kubelet.probes import ProbeKind, ProbeManager
@@ -36,6 +36,7 @@ from daemons.machinery.keys import key_of, resource_version, split_key
 log = logging.getLogger(__name__)
 
 PODS = by_kind("v1", "Pod")
+SERVICES = require("v1", "Service")
 ORPHAN_GRACE_SECONDS = 2
 CREATE_RETRY_SECONDS = 10.0
 ORPHAN_DIR_AGE_SECONDS = 60.0
@@ -322,7 +323,7 @@ class PodSyncer:
         try:
             args = podspec.container_create_args(
                 pod, container, sandbox.id, volumes, node_name=self.node_name, restart_count=action.restart_count,
-                backoff=action.backoff, pod_ip=pod_ip, host_ip=self.host_ip)
+                backoff=action.backoff, pod_ip=pod_ip, host_ip=self.host_ip, services=self._service_environment(pod))
         except podspec.ConfigError as error:
             delays.append(CREATE_RETRY_SECONDS)
             return self._failed(pod, container, "CreateContainerConfigError", str(error))
@@ -333,6 +334,16 @@ class PodSyncer:
             return self._failed(pod, container, "CreateContainerError", docker_message(error))
         self.recorder.record(pod, "Normal", "Created", f"Created container {name}", where)
         return self._start(key, pod, container, container_id)
+
+    def _service_environment(self, pod: dict[str, Any]) -> dict[str, str]:
+        """The Service variables of a container about to be created, read from the API at that moment."""
+        namespaces = {"default", pod["metadata"]["namespace"]}
+        try:
+            services = [service for namespace in sorted(namespaces)
+                        for service in self.client.list(SERVICES, namespace)["items"]]
+        except (APIError, ConnectionFailed) as error:
+            raise podspec.ConfigError(f"cannot list the services for the environment: {error}") from None
+        return podspec.service_environment(pod, services)
 
     def _start(self, key: str, pod: dict[str, Any], container: Mapping[str, Any], container_id: str) -> Waiting | None:
         name = container["name"]

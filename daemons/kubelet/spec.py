@@ -143,9 +143,49 @@ def field_ref(pod: Mapping[str, Any], path: str, pod_ip: str, host_ip: str) -> s
     raise ConfigError(f"unsupported fieldRef {path!r}")
 
 
-def environment(pod: Mapping[str, Any], container: Mapping[str, Any], pod_ip: str, host_ip: str) -> list[str]:
-    """``NAME=value`` lines, in spec order, with fieldRef values resolved."""
-    result = []
+def _service_variables(service: Mapping[str, Any]) -> dict[str, str]:
+    """One Service's variables as Kubernetes names them: ``WEB_SERVICE_HOST``, ``WEB_PORT_80_TCP_ADDR``..."""
+    spec = service.get("spec") or {}
+    host, ports = spec.get("clusterIP"), spec.get("ports") or []
+    if not host or host == "None" or not ports:
+        return {}
+    prefix = service["metadata"]["name"].upper().replace("-", "_")
+    first = ports[0]
+    variables = {f"{prefix}_SERVICE_HOST": host, f"{prefix}_SERVICE_PORT": str(first["port"]),
+                 f"{prefix}_PORT": f"{(first.get('protocol') or 'TCP').lower()}://{host}:{first['port']}"}
+    for port in ports:
+        protocol = port.get("protocol") or "TCP"
+        if port.get("name"):
+            variables[f"{prefix}_SERVICE_PORT_{port['name'].upper().replace('-', '_')}"] = str(port["port"])
+        base = f"{prefix}_PORT_{port['port']}_{protocol}"
+        variables.update({base: f"{protocol.lower()}://{host}:{port['port']}", f"{base}_PROTO": protocol.lower(),
+                          f"{base}_PORT": str(port["port"]), f"{base}_ADDR": host})
+    return variables
+
+
+def service_environment(pod: Mapping[str, Any], services: list[Mapping[str, Any]]) -> dict[str, str]:
+    """The variables through which a pod finds Services without DNS, as the kubelet sets them.
+
+    ``services`` are those of the pod's namespace plus ``default/kubernetes``: the
+    latter is always included, the former only while ``enableServiceLinks`` is not false.
+    """
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    links = (pod.get("spec") or {}).get("enableServiceLinks", True) is not False
+    variables: dict[str, str] = {}
+    for service in sorted(services, key=lambda item: item["metadata"]["namespace"] != "default"):
+        metadata = service["metadata"]
+        master = metadata["namespace"] == "default" and metadata["name"] == "kubernetes"
+        if master or (links and metadata["namespace"] == namespace):
+            variables.update(_service_variables(service))
+    return variables
+
+
+def environment(pod: Mapping[str, Any], container: Mapping[str, Any], pod_ip: str, host_ip: str,
+                services: Mapping[str, str] | None = None) -> list[str]:
+    """``NAME=value`` lines: the Services' variables, then the container's own in spec order (fieldRef values
+    resolved), which win over a Service variable of the same name."""
+    own = {variable["name"] for variable in container.get("env") or []}
+    result = [f"{name}={value}" for name, value in (services or {}).items() if name not in own]
     for variable in container.get("env") or []:
         source = variable.get("valueFrom")
         if source is None:
@@ -228,10 +268,12 @@ def container_create_args(
     backoff: int = 0,
     pod_ip: str = "",
     host_ip: str = "",
+    services: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``containers.create`` arguments of one app container, joined to the pause container ``pause_id``.
 
-    ``volumes`` maps the pod's volume names to host paths; ``backoff`` is the
+    ``volumes`` maps the pod's volume names to host paths; ``services`` are the
+    variables of :func:`service_environment`; ``backoff`` is the
     number of quick restarts before this one, carried in a label so that the
     back-off survives a kubelet restart.
     """
@@ -245,7 +287,7 @@ def container_create_args(
         "labels": labels,
         "network_mode": f"container:{pause_id}",
         "ipc_mode": f"container:{pause_id}",
-        "environment": environment(pod, container, pod_ip, host_ip),
+        "environment": environment(pod, container, pod_ip, host_ip, services),
         "volumes": binds(container, volumes),
         "detach": True,
         **limits(container),

@@ -18,6 +18,7 @@ from daemons.kubelet.spec import (
     pause_create_args,
     pause_name,
     security,
+    service_environment,
     volume_sources,
 )
 
@@ -128,3 +129,45 @@ def test_the_pause_container_owns_network_ipc_and_dns():
     assert "dns" not in pause_create_args(pod(), "pause", "n1", [], None)
     assert "dns" not in pause_create_args(pod(dnsPolicy="Default"), "pause", "n1", ["10.96.0.10"], None)
     assert pause_create_args(pod(hostNetwork=True), "pause", "n1", [], None)["network_mode"] == "host"
+
+
+def _service(namespace: str, name: str, cluster_ip: str, *ports: dict) -> dict:
+    return {"metadata": {"namespace": namespace, "name": name}, "spec": {"clusterIP": cluster_ip, "ports": list(ports)}}
+
+
+def test_service_environment_names_each_service_of_the_namespace_and_the_master_service():
+    pod = {"metadata": {"namespace": "shop", "name": "p"}, "spec": {}}
+    services = [
+        _service("default", "kubernetes", "10.96.0.1", {"name": "https", "port": 443, "protocol": "TCP"}),
+        _service("shop", "web-front", "10.96.3.4", {"name": "http", "port": 80}, {"port": 53, "protocol": "UDP"}),
+        _service("shop", "headless", "None", {"port": 80}),
+        _service("other", "elsewhere", "10.96.9.9", {"port": 80}),
+    ]
+    variables = service_environment(pod, services)
+    assert variables["KUBERNETES_SERVICE_HOST"] == "10.96.0.1"
+    assert variables["KUBERNETES_SERVICE_PORT_HTTPS"] == "443"
+    assert variables["WEB_FRONT_SERVICE_HOST"] == "10.96.3.4"
+    assert variables["WEB_FRONT_SERVICE_PORT"] == "80"
+    assert variables["WEB_FRONT_SERVICE_PORT_HTTP"] == "80"
+    assert variables["WEB_FRONT_PORT"] == "tcp://10.96.3.4:80"
+    assert variables["WEB_FRONT_PORT_53_UDP"] == "udp://10.96.3.4:53"
+    assert variables["WEB_FRONT_PORT_53_UDP_ADDR"] == "10.96.3.4"
+    assert variables["WEB_FRONT_PORT_80_TCP_PROTO"] == "tcp"
+    assert not any(name.startswith(("HEADLESS_", "ELSEWHERE_")) for name in variables)
+
+
+def test_service_links_off_keeps_only_the_master_service():
+    pod = {"metadata": {"namespace": "shop", "name": "p"}, "spec": {"enableServiceLinks": False}}
+    services = [_service("default", "kubernetes", "10.96.0.1", {"port": 443}), _service("shop", "web", "10.96.3.4",
+                                                                                        {"port": 80})]
+    assert set(service_environment(pod, services)) == {
+        "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBERNETES_PORT", "KUBERNETES_PORT_443_TCP",
+        "KUBERNETES_PORT_443_TCP_PROTO", "KUBERNETES_PORT_443_TCP_PORT", "KUBERNETES_PORT_443_TCP_ADDR"}
+
+
+def test_the_containers_own_variables_win_over_service_variables():
+    pod = {"metadata": {"namespace": "shop", "name": "p"}, "spec": {}}
+    container = {"name": "c", "env": [{"name": "WEB_SERVICE_HOST", "value": "mine"}]}
+    lines = environment(pod, container, "10.244.0.5", "10.0.0.1",
+                                {"WEB_SERVICE_HOST": "10.96.3.4", "WEB_SERVICE_PORT": "80"})
+    assert lines == ["WEB_SERVICE_PORT=80", "WEB_SERVICE_HOST=mine"]

@@ -720,3 +720,156 @@ class DeleteOptions(KubeModel):
     propagation_policy: Literal["Orphan", "Background", "Foreground"] | None = None
     preconditions: dict[str, str] | None = None
     dry_run: list[str] | None = None
+
+
+# --- Autoscaling ------------------------------------------------------------------------------------
+
+class CrossVersionObjectReference(KubeModel):
+    api_version: str | None = None
+    kind: str
+    name: str
+
+
+class MetricTarget(KubeModel):
+    type: Literal["Utilization", "Value", "AverageValue"]
+    value: Quantity | None = None
+    average_value: Quantity | None = None
+    average_utilization: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _target_set(self) -> MetricTarget:
+        """The field the type names is required, as upstream's validation says."""
+        needed = {"Utilization": "averageUtilization", "Value": "value", "AverageValue": "averageValue"}[self.type]
+        if getattr(self, to_snake(needed)) is None:
+            raise ValueError(f"{needed}: Required value: must set {needed} when type is {self.type}")
+        for field in ("value", "averageValue"):
+            quantity = getattr(self, to_snake(field))
+            if quantity is not None:
+                try:
+                    amount = parse_quantity(quantity)
+                except ValueError as error:
+                    raise ValueError(f"{field}: Invalid value: {error}") from None
+                if amount <= 0:
+                    raise ValueError(f"{field}: Invalid value: {quantity!r}: must be positive")
+        return self
+
+
+def to_snake(name: str) -> str:
+    return re.sub(r"([A-Z])", lambda match: f"_{match.group(1).lower()}", name)
+
+
+class ResourceMetricSource(KubeModel):
+    name: str
+    target: MetricTarget
+
+
+class ContainerResourceMetricSource(ResourceMetricSource):
+    container: str
+
+
+class MetricSpec(KubeModel):
+    """One metric of an HPA; only ``Resource`` is computed here, the other types are reported unsupported."""
+
+    type: Literal["Resource", "Pods", "Object", "External", "ContainerResource"]
+    resource: ResourceMetricSource | None = None
+    container_resource: ContainerResourceMetricSource | None = None
+    pods: dict[str, Any] | None = None
+    object: dict[str, Any] | None = None
+    external: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _source_set(self) -> MetricSpec:
+        field = self.type[0].lower() + self.type[1:]
+        if getattr(self, to_snake(field)) is None:
+            raise ValueError(f"{field}: Required value: must populate information for the given metric source")
+        return self
+
+
+class HPAScalingPolicy(KubeModel):
+    type: Literal["Pods", "Percent"]
+    value: Annotated[int, Field(gt=0)]
+    period_seconds: Annotated[int, Field(ge=1, le=1800)]
+
+
+class HPAScalingRules(KubeModel):
+    stabilization_window_seconds: Annotated[int, Field(ge=0, le=3600)] | None = None
+    select_policy: Literal["Max", "Min", "Disabled"] | None = None
+    policies: list[HPAScalingPolicy] | None = None
+
+
+def default_scale_up() -> HPAScalingRules:
+    """Upstream's scale-up rules: at once, by the larger of doubling and four pods every 15 seconds."""
+    return HPAScalingRules(stabilization_window_seconds=0, select_policy="Max", policies=[
+        HPAScalingPolicy(type="Pods", value=4, period_seconds=15),
+        HPAScalingPolicy(type="Percent", value=100, period_seconds=15)])
+
+
+def default_scale_down() -> HPAScalingRules:
+    """Upstream's scale-down rules: the highest recommendation of 5 minutes, then down to it at once."""
+    return HPAScalingRules(stabilization_window_seconds=300, select_policy="Max", policies=[
+        HPAScalingPolicy(type="Percent", value=100, period_seconds=15)])
+
+
+def complete_rules(rules: HPAScalingRules | None, defaults: HPAScalingRules) -> HPAScalingRules:
+    """``rules`` with each unset field taken from ``defaults``, as the apiserver defaults a given behavior."""
+    if rules is None:
+        return defaults
+    return HPAScalingRules(
+        stabilization_window_seconds=(defaults.stabilization_window_seconds if rules.stabilization_window_seconds
+                                      is None else rules.stabilization_window_seconds),
+        select_policy=rules.select_policy or defaults.select_policy,
+        policies=defaults.policies if rules.policies is None else rules.policies)
+
+
+class HorizontalPodAutoscalerBehavior(KubeModel):
+    scale_up: HPAScalingRules | None = None
+    scale_down: HPAScalingRules | None = None
+
+    @model_validator(mode="after")
+    def _defaults(self) -> HorizontalPodAutoscalerBehavior:
+        self.scale_up = complete_rules(self.scale_up, default_scale_up())
+        self.scale_down = complete_rules(self.scale_down, default_scale_down())
+        for field, rules in (("scaleUp", self.scale_up), ("scaleDown", self.scale_down)):
+            if rules.select_policy != "Disabled" and not rules.policies:
+                raise ValueError(f"{field}.policies: Required value: must specify at least one Policy")
+        return self
+
+
+class HorizontalPodAutoscalerSpec(KubeModel):
+    scale_target_ref: CrossVersionObjectReference
+    min_replicas: Annotated[int, Field(ge=1)] = 1
+    max_replicas: int
+    metrics: list[MetricSpec] | None = None
+    behavior: HorizontalPodAutoscalerBehavior | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> HorizontalPodAutoscalerSpec:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"maxReplicas: Invalid value: {self.max_replicas}: must be greater than or equal to "
+                             "`minReplicas`")
+        if not self.metrics:  # upstream's default: 80% of the requested CPU
+            self.metrics = [MetricSpec(type="Resource", resource=ResourceMetricSource(
+                name="cpu", target=MetricTarget(type="Utilization", average_utilization=80)))]
+        return self
+
+
+class HorizontalPodAutoscalerCondition(KubeModel):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+
+
+class HorizontalPodAutoscalerStatus(KubeModel):
+    observed_generation: int | None = None
+    last_scale_time: str | None = None
+    current_replicas: int | None = None
+    desired_replicas: int = 0
+    current_metrics: list[dict[str, Any]] | None = None
+    conditions: list[HorizontalPodAutoscalerCondition] | None = None
+
+
+class HorizontalPodAutoscaler(KubeObject):
+    spec: HorizontalPodAutoscalerSpec
+    status: HorizontalPodAutoscalerStatus | None = None

@@ -86,6 +86,8 @@ RESOURCES: tuple[Resource, ...] = (
              subresources=("status", "scale"), categories=("all",)),
     Resource("Deployment", "deployments", models.Deployment, group="apps", short_names=("deploy",),
              subresources=("status", "scale"), categories=("all",)),
+    Resource("HorizontalPodAutoscaler", "horizontalpodautoscalers", models.HorizontalPodAutoscaler,
+             group="autoscaling", version="v2", short_names=("hpa",), subresources=("status",), categories=("all",)),
 )
 
 

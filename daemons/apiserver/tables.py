@@ -338,6 +338,65 @@ DEPLOYMENT_COLUMNS: list[Column] = [
     ("Selector", "string", 1, lambda o, _n: _selector(o)),
 ]
 
+
+# --- Autoscaling ----------------------------------------------------------------------------------
+
+UNKNOWN = "<unknown>"
+
+
+def _metric_target(spec: Obj, status: Obj | None) -> str:
+    """One metric as kubectl 1.33 prints it: ``cpu: 73%/50%``, ``memory: 10Mi/100Mi``, ``<unknown>`` before data."""
+    kind = spec.get("type")
+    if kind in ("Resource", "ContainerResource"):
+        field = "resource" if kind == "Resource" else "containerResource"
+        source = spec.get(field) or {}
+        target = source.get("target") or {}
+        current = ((status or {}).get(field) or {}).get("current") or {}
+        if target.get("averageValue") is not None:
+            shown = current.get("averageValue")
+            return f"{source.get('name')}: {UNKNOWN if shown is None else shown}/{target['averageValue']}"
+        shown = current.get("averageUtilization")
+        wanted = target.get("averageUtilization")
+        return (f"{source.get('name')}: {UNKNOWN if shown is None else f'{shown}%'}/"
+                f"{'<auto>' if wanted is None else f'{wanted}%'}")
+    if kind in ("Pods", "Object", "External"):
+        field = kind[0].lower() + kind[1:]
+        target = (spec.get(field) or {}).get("target") or {}
+        current = ((status or {}).get(field) or {}).get("current") or {}
+        average = kind != "Pods" and target.get("averageValue") is not None
+        key = "averageValue" if kind == "Pods" or average else "value"
+        shown = current.get(key)
+        return f"{UNKNOWN if shown is None else shown}/{target.get(key)}" + (" (avg)" if average else "")
+    return "<unknown type>"
+
+
+def hpa_targets(hpa: Obj, shown: int = 2) -> str:
+    """TARGETS: the first two metrics against their targets, then ``+ N more...``."""
+    specs = hpa.get("spec", {}).get("metrics") or []
+    if not specs:
+        return NONE
+    statuses = (hpa.get("status") or {}).get("currentMetrics") or []
+    cells = [_metric_target(spec, statuses[index] if index < len(statuses) else None)
+             for index, spec in enumerate(specs)]
+    more = f" + {len(cells) - shown} more..." if len(cells) > shown else ""
+    return ", ".join(cells[:shown]) + more
+
+
+def _hpa_reference(hpa: Obj, _now: datetime) -> str:
+    reference = hpa.get("spec", {}).get("scaleTargetRef") or {}
+    return f"{reference.get('kind', '')}/{reference.get('name', '')}"
+
+
+HPA_COLUMNS: list[Column] = [
+    ("Name", "string", 0, _name),
+    ("Reference", "string", 0, _hpa_reference),
+    ("Targets", "string", 0, lambda o, _n: hpa_targets(o)),
+    ("MinPods", "string", 0, lambda o, _n: str(o.get("spec", {}).get("minReplicas") or "<unset>")),
+    ("MaxPods", "integer", 0, lambda o, _n: int(o.get("spec", {}).get("maxReplicas") or 0)),
+    ("Replicas", "integer", 0, lambda o, _n: int((o.get("status") or {}).get("currentReplicas") or 0)),
+    ("Age", "string", 0, age),
+]
+
 DEFAULT_COLUMNS: list[Column] = [("Name", "string", 0, _name), ("Age", "string", 0, age)]
 
 COLUMNS_BY_KIND: dict[str, list[Column]] = {
@@ -349,6 +408,7 @@ COLUMNS_BY_KIND: dict[str, list[Column]] = {
     "Event": EVENT_COLUMNS,
     "ReplicaSet": REPLICASET_COLUMNS,
     "Deployment": DEPLOYMENT_COLUMNS,
+    "HorizontalPodAutoscaler": HPA_COLUMNS,
 }
 
 

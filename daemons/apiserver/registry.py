@@ -46,6 +46,14 @@ SYSTEM_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGra
 MAX_CONFLICT_RETRIES = 100
 # Strategic merge patch needs patch strategies, which only Kubernetes' own groups define.
 BUILTIN_GROUPS = ("", "apps", "autoscaling")
+# DeleteOptions.propagationPolicy values, and the finalizers through which the garbage collector carries them out.
+PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
+FOREGROUND_FINALIZER = "foregroundDeletion"
+ORPHAN_FINALIZER = "orphan"
+GC_FINALIZERS = {"Foreground": FOREGROUND_FINALIZER, "Orphan": ORPHAN_FINALIZER}
+# Kinds whose deletion ignores propagationPolicy: the garbage collector does not watch them, so it could never
+# remove their finalizers (a namespace's content goes with it in the apiserver; events own nothing).
+UNPROPAGATED_KINDS = ("Namespace", "Node", "Event")
 
 
 def clone(obj: Any) -> Any:
@@ -388,7 +396,12 @@ class Registry:
 
     async def delete(self, resource: Resource, namespace: str | None, name: str, options: Obj,
                      dry_run: bool = False) -> Obj:
-        """DELETE: graceful for bound pods, deferred while finalizers remain, immediate otherwise."""
+        """DELETE: graceful for bound pods, deferred while finalizers remain, immediate otherwise.
+
+        Foreground and Orphan propagation add the garbage collector's finalizer, which defers the removal
+        until the collector has dealt with the dependents; Background removes the object at once.
+        """
+        policy = propagation_policy(options)
         for attempt in range(MAX_CONFLICT_RETRIES):
             current = await self._current(resource, namespace, name, fresh=attempt > 0)
             preconditions = options.get("preconditions") or {}
@@ -398,7 +411,7 @@ class Registry:
             if preconditions.get("resourceVersion") and \
                     preconditions["resourceVersion"] != current["metadata"]["resourceVersion"]:
                 raise errors.conflict(resource.plural, name, resource.group)
-            desired = self._deletion_state(resource, current, options.get("gracePeriodSeconds"))
+            desired = self._deletion_state(resource, current, options.get("gracePeriodSeconds"), policy)
             if dry_run:
                 return desired or current
             try:
@@ -422,10 +435,13 @@ class Registry:
         raise errors.conflict(resource.plural, name, resource.group)
 
     @staticmethod
-    def _deletion_state(resource: Resource, current: Obj, grace_period: int | None) -> Obj | None:
+    def _deletion_state(resource: Resource, current: Obj, grace_period: int | None,
+                        policy: str | None = None) -> Obj | None:
         """The object marked for deletion, or None when it should go away now."""
         metadata = current["metadata"]
         finalizers = metadata.get("finalizers") or []
+        if resource.kind not in UNPROPAGATED_KINDS:
+            finalizers = deletion_finalizers(finalizers, policy)
         graceful = resource.kind == "Pod" and current.get("spec", {}).get("nodeName") \
             and (current.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         if graceful:
@@ -438,6 +454,10 @@ class Registry:
         if grace == 0 and not finalizers:
             return None
         marked = clone(current)
+        if finalizers:
+            marked["metadata"]["finalizers"] = finalizers
+        else:
+            marked["metadata"].pop("finalizers", None)
         deadline = datetime.now(UTC) + timedelta(seconds=grace)
         if not metadata.get("deletionTimestamp") or grace < int(metadata.get("deletionGracePeriodSeconds") or 0):
             marked["metadata"]["deletionTimestamp"] = now_rfc3339(deadline)
@@ -544,6 +564,34 @@ def pinned_version(patch: Any) -> str | None:
                 and operation.get("op") in ("add", "replace", "test"):
             return str(operation.get("value"))
     return None
+
+
+def propagation_policy(options: Obj) -> str | None:
+    """The policy DeleteOptions ask for (``orphanDependents`` as its older spelling); None when they say nothing."""
+    policy, orphan = options.get("propagationPolicy"), options.get("orphanDependents")
+    if policy is not None and orphan is not None:
+        raise errors.Invalid.for_object("DeleteOptions", None, [{
+            "reason": "FieldValueInvalid", "field": "propagationPolicy",
+            "message": "Invalid value: propagationPolicy and orphanDependents cannot both be set"}], "meta.k8s.io")
+    if orphan is not None:
+        if not isinstance(orphan, bool):
+            raise errors.BadRequest("orphanDependents must be a boolean")
+        return "Orphan" if orphan else "Background"
+    if policy is not None and policy not in PROPAGATION_POLICIES:
+        supported = ", ".join(f'"{value}"' for value in PROPAGATION_POLICIES)
+        raise errors.Invalid.for_object("DeleteOptions", None, [{
+            "reason": "FieldValueNotSupported", "field": "propagationPolicy",
+            "message": f"Unsupported value: {policy!r}: supported values: {supported}"}], "meta.k8s.io")
+    return policy
+
+
+def deletion_finalizers(finalizers: list[str], policy: str | None) -> list[str]:
+    """The finalizers a deletion with ``policy`` leaves: an explicit policy replaces the collector's finalizer,
+    no policy keeps the one an earlier deletion chose (as Kubernetes does)."""
+    if policy is None:
+        return list(finalizers)
+    kept = [name for name in finalizers if name not in GC_FINALIZERS.values()]
+    return [*kept, GC_FINALIZERS[policy]] if policy in GC_FINALIZERS else kept
 
 
 def comparable(obj: Obj) -> Obj:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import platform
 import shutil
@@ -32,6 +31,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench.stats import percentile  # noqa: E402
 from tests.conftest import ApiServerProcess, EtcdProcess, RabbitMQProcess, make_pki  # noqa: E402
 
 TARGET_WRITE_P99_MS = 20.0
@@ -53,11 +53,6 @@ class BenchApiServer(ApiServerProcess):
 # --- figures ----------------------------------------------------------------------------------------
 
 
-def percentile(samples: list[float], p: float) -> float:
-    """Nearest-rank percentile of ``samples`` (seconds in, same unit out)."""
-    ordered = sorted(samples)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 def summary(samples: list[float]) -> dict[str, float]:

@@ -13,23 +13,24 @@ writes it, and the local Docker.
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
+import sys
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from daemons.api.client import ApiClient
-from daemons.api.resources import resolve
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench.stats import header, percentile, row  # noqa: E402
+from daemons.api.client import ApiClient  # noqa: E402
+from daemons.api.resources import resolve  # noqa: E402
 
 PODS = resolve("pods")
 NAMESPACES = resolve("namespaces")
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
 
 
 def started(pod: dict) -> bool:
@@ -96,11 +97,6 @@ def measure_docker(count: int, image: str) -> list[float]:
     return durations
 
 
-def row(name: str, values: list[float]) -> str:
-    return (f"{name:<28}{len(values):>5}{statistics.median(values) * 1000:>10.0f}"
-            f"{percentile(values, 0.99) * 1000:>10.0f}{max(values) * 1000:>10.0f}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=30)
@@ -117,10 +113,10 @@ def main() -> None:
         client.delete(NAMESPACES, namespace)
     docker = measure_docker(args.pods, args.image)
     print(f"pod startup: {args.pods} pods of {args.image} created at once, create -> Running seen by watch\n")
-    print(f"{'':<28}{'n':>5}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
+    print(header())
     print(row("pod create -> Running", pods))
     print(row("bare docker run -d (at once)", docker))
-    pod_p99, docker_p99 = percentile(pods, 0.99), percentile(docker, 0.99)
+    pod_p99, docker_p99 = percentile(pods, 99), percentile(docker, 99)
     ratio = pod_p99 / docker_p99
     print(f"\npod p99 {pod_p99:.2f} s: {'meets' if pod_p99 <= 2 else 'MISSES'} target <= 2 s; "
           f"ratio to docker run p99 ({docker_p99:.2f} s) = {ratio:.1f}x: "

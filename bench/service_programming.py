@@ -29,7 +29,6 @@ The figures are printed; nothing passes or fails on them.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import shutil
@@ -44,6 +43,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench.stats import percentile  # noqa: E402
 from daemons.proxy.rules import NodeFacts, Ruleset, render_port, render_ports  # noqa: E402
 from daemons.proxy.services import service_ports  # noqa: E402
 
@@ -51,10 +51,6 @@ TARGET_SYNC_SECONDS = 1.0
 INSIDE_FLAG = "--inside-private-netns"
 
 
-def percentile(samples: list[float], p: float) -> float:
-    """Nearest-rank percentile of ``samples``."""
-    ordered = sorted(samples)
-    return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1]
 
 
 def row(name: str, samples: list[float]) -> str:

@@ -4,8 +4,9 @@ Threads: the pod informer (HTTP watch or the node's RabbitMQ queue, plus
 resync), the pod workers (one sync at a time per pod), the node heartbeat, the
 probe scheduler and its pool, a follower of Docker's container events (a
 container that dies is noticed at once), periodic housekeeping, and the HTTPS
-API. SIGTERM or SIGINT stops the kubelet and leaves the pods running; the next
-kubelet adopts them.
+API (logs, exec, and the containers' metrics for Prometheus). SIGTERM or
+SIGINT stops the kubelet and leaves the pods running; the next kubelet adopts
+them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from types import FrameType
 from daemons.api.client import ApiClient
 from daemons.api.errors import APIError, ConnectionFailed
 from daemons.api.resources import by_kind
+from daemons.kubelet.cadvisor import ContainerMetrics
 from daemons.kubelet.decisions import PodContainers
 from daemons.kubelet.events import BackgroundRecorder
 from daemons.kubelet.node import NodeReporter
@@ -73,8 +75,9 @@ class Kubelet:
         if not cert or not key:
             cert, key = (str(path) for path in ensure_certificate(Path(settings.root_dir, "pki"), self.node_name,
                                                                   [self.address]))
+        self.metrics = ContainerMetrics(runtime)
         self.server = KubeletServer(runtime, self.locate, load_tokens(settings.authentication_token_file),
-                                    settings.bind_address, settings.port, cert, key)
+                                    settings.bind_address, settings.port, cert, key, self.metrics.scrape)
         self._stopping = threading.Event()
 
     # --- glue ---------------------------------------------------------------------------------------

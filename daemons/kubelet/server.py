@@ -5,6 +5,8 @@
   answers text/plain, streamed until the container stops when ``follow``.
 - ``POST /run/{namespace}/{pod}/{container}`` with ``{"command": [...]}`` answers
   ``{"exitCode", "stdout", "stderr"}``.
+- ``GET /metrics/cadvisor``: the pods' containers' CPU, memory and network in cAdvisor's format
+  (daemons.kubelet.cadvisor); ``GET /metrics``: the kubelet's own process metrics.
 
 Everything but /healthz needs a bearer token from ``--authentication-token-file``.
 Errors are Kubernetes ``Status`` objects. Threads serve requests, so a followed
@@ -29,6 +31,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import docker.errors
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from daemons.kubelet.runtime import DOCKER_ERRORS, DockerRuntime
 
@@ -36,6 +39,8 @@ log = logging.getLogger(__name__)
 
 # (namespace, pod, container, previous) -> container id; LookupError says what is missing.
 Locator = Callable[[str, str, str, bool], str]
+# The text exposition of the containers' metrics, made anew for each scrape.
+Scraper = Callable[[], bytes]
 
 
 class NotOnNode(LookupError):
@@ -48,7 +53,7 @@ class NoPrevious(LookupError):
 
 @dataclass(frozen=True)
 class Route:
-    action: str  # healthz | logs | run
+    action: str  # healthz | logs | run | metrics | cadvisor
     namespace: str = ""
     pod: str = ""
     container: str = ""
@@ -59,6 +64,10 @@ def parse_route(method: str, path: str) -> Route | None:
     parts = [unquote(part) for part in urlsplit(path).path.split("/") if part]
     if parts == ["healthz"] and method == "GET":
         return Route("healthz")
+    if parts == ["metrics"] and method == "GET":
+        return Route("metrics")
+    if parts == ["metrics", "cadvisor"] and method == "GET":
+        return Route("cadvisor")
     if len(parts) == 4 and all(parts):
         if parts[0] == "containerLogs" and method == "GET":
             return Route("logs", *parts[1:])
@@ -114,9 +123,10 @@ class KubeletServer:
     """The HTTPS API on its own threads."""
 
     def __init__(self, runtime: DockerRuntime, locate: Locator, tokens: frozenset[str], host: str, port: int,
-                 cert_file: str | Path, key_file: str | Path) -> None:
+                 cert_file: str | Path, key_file: str | Path, cadvisor: Scraper) -> None:
         self.runtime = runtime
         self.locate = locate
+        self.cadvisor = cadvisor
         self.tokens = tokens
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(cert_file), str(key_file))
@@ -205,7 +215,11 @@ class KubeletServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 try:
-                    if route.action == "run":
+                    if route.action == "metrics":
+                        self._send(200, generate_latest(), CONTENT_TYPE_LATEST)
+                    elif route.action == "cadvisor":
+                        self._send(200, server.cadvisor(), CONTENT_TYPE_LATEST)
+                    elif route.action == "run":
                         self._json(200, server.run(route, body))
                     else:
                         self._logs(route)

@@ -23,6 +23,7 @@ from cli.verbs import (
     logs,
     patch,
     scale,
+    top,
     version,
 )
 from daemons.api.errors import MiniK8sError
@@ -52,6 +53,7 @@ app.command("logs")(logs.logs)
 app.command("exec")(exec.exec_command)
 app.command("api-resources")(api_resources.api_resources)
 app.command("version")(version.version)
+app.add_typer(top.app, name="top")
 
 
 @app.callback()

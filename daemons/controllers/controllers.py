@@ -10,9 +10,11 @@ from collections.abc import Callable, Iterable
 
 from daemons.controllers.context import ControllerContext, ManagedController
 from daemons.controllers.endpoints import EndpointsController
+from daemons.controllers.garbagecollector import GarbageCollector
 
 CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
     "endpoints": EndpointsController,
+    "garbagecollector": GarbageCollector,
 }
 
 

@@ -11,10 +11,12 @@ from collections.abc import Callable, Iterable
 from daemons.controllers.context import ControllerContext, ManagedController
 from daemons.controllers.endpoints import EndpointsController
 from daemons.controllers.garbagecollector import GarbageCollector
+from daemons.controllers.prometheus_sd import PrometheusSDController
 
 CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
     "endpoints": EndpointsController,
     "garbagecollector": GarbageCollector,
+    "prometheus-sd": PrometheusSDController,
 }
 
 

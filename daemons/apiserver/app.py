@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from daemons.api import errors
 from daemons.api.resources import Resource, find
-from daemons.apiserver import discovery, openapi, protobuf, tables
+from daemons.apiserver import discovery, metrics_api, openapi, protobuf, tables
 from daemons.apiserver.auth import Authenticator, load_token_file
 from daemons.apiserver.bootstrap import bootstrap, default_advertise_address
 from daemons.apiserver.cache import WatchCache
@@ -159,6 +159,7 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
     kubelets = KubeletProxy(registry, kubelet_token, settings.kubelet_certificate_authority)
     authenticator = Authenticator(load_token_file(settings.token_auth_file) if settings.token_auth_file else None)
     bootstrapped = asyncio.Event()
+    usage_api = metrics_api.MetricsApi(registry, settings.prometheus_url) if settings.prometheus_url else None
 
     async def bring_up() -> None:
         await bootstrap(registry, settings.secure_port, advertise_address)
@@ -182,6 +183,8 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
             await kubelets.close()
+            if usage_api is not None:
+                usage_api.close()
             await storage.close()
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -239,7 +242,7 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
 
     @app.get("/apis")
     async def api_groups() -> JSONResponse:
-        return JSONResponse(discovery.group_list())
+        return JSONResponse(discovery.group_list(metrics_api.SERVED if usage_api else None))
 
     rest_methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
@@ -253,6 +256,8 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
     @app.api_route("/apis/{path:path}", methods=rest_methods)
     async def group_api(request: Request, path: str) -> Response:
         segments = [part for part in path.split("/") if part]
+        if usage_api is not None and segments[:1] == [metrics_api.GROUP]:
+            return await usage_api.serve(request, segments[1:])
         if len(segments) == 1 and request.method == "GET":
             return discovered(discovery.group(segments[0]))
         if len(segments) == 2 and request.method == "GET":

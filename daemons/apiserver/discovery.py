@@ -40,16 +40,18 @@ def _group(name: str, versions: list[str]) -> dict[str, Any]:
     return {"name": name, "versions": listed, "preferredVersion": listed[0]}
 
 
-def group_list() -> dict[str, Any]:
+def group_list(extra: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """Every group of the resource table, then ``extra``: groups served outside it (metrics.k8s.io)."""
+    served = {name: versions for name, versions in groups().items() if name} | (extra or {})
     return {
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [_group(name, versions) for name, versions in groups().items() if name],
+        "groups": [_group(name, versions) for name, versions in served.items()],
     }
 
 
-def group(name: str) -> dict[str, Any] | None:
-    versions = groups().get(name)
+def group(name: str, extra: dict[str, list[str]] | None = None) -> dict[str, Any] | None:
+    versions = (groups() | (extra or {})).get(name)
     if not name or versions is None:
         return None
     return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, versions)}

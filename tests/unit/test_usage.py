@@ -1,5 +1,8 @@
 import pytest
 
+from cli.printers import tabwrite
+from cli.session import CLIError
+from cli.verbs.top import node_lines, pod_lines
 from daemons.api.usage import (
     PrometheusClient,
     PrometheusError,
@@ -9,6 +12,14 @@ from daemons.api.usage import (
     parse_vector,
     pod_queries,
     pod_usage,
+)
+from daemons.apiserver.metrics_api import (
+    cpu_quantity,
+    memory_quantity,
+    node_metrics,
+    pod_metrics,
+    resource_list,
+    window_text,
 )
 
 pytestmark = pytest.mark.unit
@@ -89,3 +100,94 @@ def test_node_usage_by_node_label():
         "memory": [({"node": "n1"}, 2**30)],
     })
     assert node_usage(fake) == {"n1": Usage(cpu=0.75, memory=2**30)}
+
+
+# --- the metrics.k8s.io objects -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("cores", "text"), [(0.012, "12m"), (2.0, "2"), (0.0046203451, "4620345n"),
+                                             (0.000005, "5u"), (0, "0"), (-0.1, "0")])
+def test_cpu_quantities_are_canonical_at_nanocore_precision(cores, text):
+    assert cpu_quantity(cores) == text
+
+
+@pytest.mark.parametrize(("size", "text"), [(3 * 2**20, "3Mi"), (1234 * 1024, "1234Ki"), (2**30, "1Gi"),
+                                            (1000, "1000"), (1536.4, "1536"), (0, "0")])
+def test_memory_quantities_use_the_largest_exact_binary_suffix(size, text):
+    assert memory_quantity(size) == text
+
+
+def test_window_is_a_go_duration():
+    assert window_text(60) == "1m0s" and window_text(30) == "30s" and window_text(90) == "1m30s"
+
+
+def test_pod_metrics_as_metrics_server_returns_them():
+    pod = {"metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}, "uid": "u1"},
+           "spec": {"containers": [{"name": "app"}, {"name": "sidecar"}]}}
+    usage = {"sidecar": Usage(cpu=0.001, memory=2**20), "app": Usage(cpu=0.25, memory=64 * 2**20)}
+    assert pod_metrics(pod, usage, "2026-11-23T01:00:00Z") == {
+        "kind": "PodMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
+        "metadata": {"name": "web", "namespace": "default", "creationTimestamp": "2026-11-23T01:00:00Z",
+                     "labels": {"app": "web"}},
+        "timestamp": "2026-11-23T01:00:00Z", "window": "1m0s",
+        "containers": [{"name": "app", "usage": {"cpu": "250m", "memory": "64Mi"}},
+                       {"name": "sidecar", "usage": {"cpu": "1m", "memory": "1Mi"}}],
+    }
+
+
+def test_node_metrics_carry_the_node_labels_and_usage():
+    node = {"metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}}}
+    metrics = node_metrics(node, Usage(cpu=1.5, memory=2**30), "2026-11-23T01:00:00Z")
+    assert metrics["kind"] == "NodeMetrics" and "namespace" not in metrics["metadata"]
+    assert metrics["metadata"]["labels"] == {"kubernetes.io/hostname": "n1"}
+    assert metrics["usage"] == {"cpu": "1500m", "memory": "1Gi"} and metrics["window"] == "1m0s"
+
+
+def test_the_group_lists_nodes_and_pods_read_only():
+    listed = {entry["name"]: entry for entry in resource_list()["resources"]}
+    assert listed["nodes"]["kind"] == "NodeMetrics" and not listed["nodes"]["namespaced"]
+    assert listed["pods"]["kind"] == "PodMetrics" and listed["pods"]["namespaced"]
+    assert all(entry["verbs"] == ["get", "list"] for entry in listed.values())
+
+
+# --- kubectl top's tables -------------------------------------------------------------------------
+
+def _pod(namespace, name, *containers):
+    return {"metadata": {"namespace": namespace, "name": name},
+            "containers": [{"name": c, "usage": {"cpu": cpu, "memory": memory}} for c, cpu, memory in containers]}
+
+
+def test_top_pods_sums_containers_and_rounds_like_kubectl():
+    metrics = [_pod("default", "web", ("app", "4620345n", "3Mi"), ("sidecar", "1m", "1536Ki")),
+               _pod("default", "db", ("pg", "250m", "64Mi"))]
+    assert tabwrite(pod_lines(metrics), 3) == [
+        "NAME   CPU(cores)   MEMORY(bytes)",
+        "db     250m         64Mi",
+        "web    6m           4Mi",
+    ]
+
+
+def test_top_pods_containers_with_namespaces_sorted_by_memory():
+    metrics = [_pod("a", "web", ("app", "10m", "3Mi"), ("sidecar", "1m", "10Mi")), _pod("b", "db", ("pg", "1", "1Gi"))]
+    assert pod_lines(metrics, containers=True, with_namespace=True, sort_by="memory") == [
+        "NAMESPACE\tPOD\tNAME\tCPU(cores)\tMEMORY(bytes)",
+        "b\tdb\tpg\t1000m\t1024Mi",
+        "a\tweb\tsidecar\t1m\t10Mi",
+        "a\tweb\tapp\t10m\t3Mi",
+    ]
+    assert pod_lines(metrics, sort_by="cpu", headers=False)[0].startswith("db\t")
+
+
+def test_top_nodes_percentages_against_allocatable_and_unknown_nodes():
+    metrics = [{"metadata": {"name": "n1"}, "usage": {"cpu": "500m", "memory": "1Gi"}}]
+    nodes = [{"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "2", "memory": "3Gi"}}},
+             {"metadata": {"name": "n2"}, "status": {"allocatable": {"cpu": "2", "memory": "3Gi"}}}]
+    assert tabwrite(node_lines(metrics, nodes), 3) == [
+        "NAME   CPU(cores)   CPU(%)      MEMORY(bytes)   MEMORY(%)",
+        "n1     500m         25%         1024Mi          33%",
+        "n2     <unknown>    <unknown>   <unknown>       <unknown>",
+    ]
+
+
+def test_top_refuses_an_unknown_sort_key():
+    with pytest.raises(CLIError, match="cpu or memory"):
+        pod_lines([], sort_by="name")

@@ -9,12 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from daemons.controllers.context import ControllerContext, ManagedController
+from daemons.controllers.deployment import DeploymentController
 from daemons.controllers.endpoints import EndpointsController
+from daemons.controllers.replicaset import ReplicaSetController
 from daemons.controllers.garbagecollector import GarbageCollector
 from daemons.controllers.prometheus_sd import PrometheusSDController
 
 CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
+    "deployment": DeploymentController,
     "endpoints": EndpointsController,
+    "replicaset": ReplicaSetController,
     "garbagecollector": GarbageCollector,
     "prometheus-sd": PrometheusSDController,
 }

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable
 from daemons.controllers.context import ControllerContext, ManagedController
 from daemons.controllers.deployment import DeploymentController
 from daemons.controllers.endpoints import EndpointsController
-from daemons.controllers.replicaset import ReplicaSetController
 from daemons.controllers.garbagecollector import GarbageCollector
 from daemons.controllers.prometheus_sd import PrometheusSDController
+from daemons.controllers.replicaset import ReplicaSetController
 
 CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
     "deployment": DeploymentController,

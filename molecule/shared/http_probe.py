@@ -9,6 +9,9 @@ Service sends requests to.
       Runs COMMAND (which takes NAME out of the Service, e.g. deletes the pod), then sends requests for WATCH
       seconds; prints how long after COMMAND returned the last request that failed or that NAME answered
       was sent ("last_bad", null if none), and how many requests were sent after it ("good_after").
+  http_probe.py during URL -- COMMAND...
+      Sends requests back to back for as long as COMMAND (a rolling update, say) runs; prints
+      {"answers": {name: count}, "failures": count, "status": COMMAND's exit status}.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -53,12 +57,30 @@ def drop(url: str, name: str, watch: float, command: list[str]) -> dict[str, obj
     return {"last_bad": last_bad, "good_after": good_after}
 
 
+def during(url: str, command: list[str]) -> dict[str, object]:
+    answers: Counter[str] = Counter()
+    failures = 0
+    finished = threading.Event()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    threading.Thread(target=lambda: (process.wait(), finished.set()), daemon=True).start()
+    while not finished.is_set():
+        answer = fetch(url)
+        if answer is None:
+            failures += 1
+        else:
+            answers[answer] += 1
+        time.sleep(0.05)
+    return {"answers": dict(answers), "failures": failures, "status": process.returncode}
+
+
 def main(argv: list[str]) -> None:
     match argv:
         case ["count", url, requests]:
             result = count(url, int(requests))
         case ["drop", url, name, watch, "--", *command] if command:
             result = drop(url, name, float(watch), command)
+        case ["during", url, "--", *command] if command:
+            result = during(url, command)
         case _:
             sys.exit(__doc__)
     print(json.dumps(result))

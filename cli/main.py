@@ -23,6 +23,7 @@ from cli.verbs import (
     logs,
     patch,
     scale,
+    set_image,
     top,
     version,
 )
@@ -54,6 +55,7 @@ app.command("exec")(exec.exec_command)
 app.command("api-resources")(api_resources.api_resources)
 app.command("version")(version.version)
 app.add_typer(top.app, name="top")
+app.add_typer(set_image.app, name="set")
 
 
 @app.callback()

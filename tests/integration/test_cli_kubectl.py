@@ -168,6 +168,17 @@ def test_scale_and_patch(kubectl, api, namespace):
     assert ok(kubectl("patch", "deployment.apps/front", "-p", patch)) == "deployment.apps/front patched (no change)\n"
 
 
+def test_set_image_changes_the_named_container_of_the_template(kubectl, api, namespace):
+    ok(kubectl("apply", "-f", "-", stdin=DEPLOYMENT))
+    assert ok(kubectl("set", "image", "deployment/front", "c=busybox")) == "deployment.apps/front image updated\n"
+    deployment = api.get(DEPLOYMENTS, "front", namespace)
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox"
+    assert deployment["metadata"]["generation"] == 2
+    assert ok(kubectl("set", "image", "deployment/front", "*=busybox")) == ""
+    assert 'unable to find container named "nope"' in failed(kubectl("set", "image", "deploy", "front", "nope=x"))
+    assert api.get(DEPLOYMENTS, "front", namespace)["metadata"]["generation"] == 2
+
+
 def test_describe_shows_fields_and_events(kubectl, api, namespace):
     ok(kubectl("apply", "-f", "-", stdin=POD))
     assert ok(kubectl("describe", "pod", "web")).splitlines()[-1].split() == ["Events:", "<none>"]

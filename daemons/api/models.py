@@ -780,8 +780,12 @@ class MetricSpec(KubeModel):
     @model_validator(mode="after")
     def _source_set(self) -> MetricSpec:
         field = self.type[0].lower() + self.type[1:]
-        if getattr(self, to_snake(field)) is None:
+        source = getattr(self, to_snake(field))
+        if source is None:
             raise ValueError(f"{field}: Required value: must populate information for the given metric source")
+        if isinstance(source, ResourceMetricSource) and source.target.type == "Value":
+            raise ValueError(f"{field}.target.type: Unsupported value: \"Value\": must be either Utilization or "
+                             "AverageValue for resource metrics")
         return self
 
 

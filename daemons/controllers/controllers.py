@@ -12,6 +12,7 @@ from daemons.controllers.context import ControllerContext, ManagedController
 from daemons.controllers.deployment import DeploymentController
 from daemons.controllers.endpoints import EndpointsController
 from daemons.controllers.garbagecollector import GarbageCollector
+from daemons.controllers.podautoscaler import HorizontalPodAutoscalingController
 from daemons.controllers.prometheus_sd import PrometheusSDController
 from daemons.controllers.replicaset import ReplicaSetController
 
@@ -21,6 +22,7 @@ CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
     "replicaset": ReplicaSetController,
     "garbagecollector": GarbageCollector,
     "prometheus-sd": PrometheusSDController,
+    "horizontalpodautoscaling": HorizontalPodAutoscalingController,
 }
 
 

@@ -22,6 +22,7 @@ from cli.verbs import (
     label,
     logs,
     patch,
+    rollout,
     scale,
     set_image,
     top,
@@ -46,6 +47,7 @@ app.command("delete")(delete.delete)
 app.command("label")(label.label)
 app.command("annotate")(annotate.annotate)
 app.command("scale")(scale.scale)
+app.add_typer(rollout.app, name="rollout")
 app.command("patch")(patch.patch)
 app.command("cordon")(cordon.cordon)
 app.command("uncordon")(cordon.uncordon)

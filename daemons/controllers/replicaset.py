@@ -12,6 +12,7 @@ sync create or delete the same pods again. A ReplicaSet being deleted creates no
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -39,6 +40,8 @@ SLOW_START_INITIAL_BATCH = 1
 # Creates and deletes of one batch run at once, on at most this many threads.
 PARALLEL_WRITES = 16
 REPLICA_FAILURE = "ReplicaFailure"
+# The Status cause of a create refused because the namespace is being deleted: no failure, nothing to retry.
+NAMESPACE_TERMINATING = "NamespaceTerminating"
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Pods in these phases go first when scaling down: Pending, then Unknown, then Running.
 PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
@@ -106,10 +109,10 @@ def deletion_rank(pod: Obj) -> tuple[Any, ...]:
     """
     metadata, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     ready = is_ready(pod)
-    since = ready_since(pod) if ready else None
-    created = parse_time(metadata.get("creationTimestamp")) or 0.0
+    since = (ready_since(pod) or math.inf) if ready else 0.0  # an unknown time sorts as the newest
+    created = parse_time(metadata.get("creationTimestamp")) or math.inf
     return (bool(spec.get("nodeName")), PHASE_RANK.get(status.get("phase") or "Pending", 0), ready,
-            -(since or 0.0), -restarts(pod), -created, metadata.get("name") or "")
+            -since, -restarts(pod), -created, metadata.get("name") or "")
 
 
 def pods_to_delete(pods: Iterable[Obj], count: int) -> list[Obj]:
@@ -365,8 +368,7 @@ class ReplicaSetController:
             created = 0
             try:
                 for size in burst_sizes(wanted):
-                    errors = self._in_parallel([lambda: self.pod_control.create(rs, REPLICASETS, pod_from_template(rs))
-                                                for _ in range(size)])
+                    errors = self._in_parallel([lambda: self._create_pod(key, rs) for _ in range(size)])
                     created += size - len(errors)
                     if errors:
                         raise errors[0]
@@ -390,6 +392,14 @@ class ReplicaSetController:
             errors = self._in_parallel([delete(pod) for pod in victims])
             if errors:
                 raise errors[0]
+
+    def _create_pod(self, key: str, rs: Obj) -> None:
+        try:
+            self.pod_control.create(rs, REPLICASETS, pod_from_template(rs))
+        except APIError as error:
+            if not any(cause.get("type") == NAMESPACE_TERMINATING for cause in error.causes):
+                raise
+            self.expectations.creation_observed(key)  # the namespace is going away: no pod will come
 
     @staticmethod
     def _in_parallel(actions: list[Callable[[], object]]) -> list[MiniK8sError]:

@@ -103,6 +103,16 @@ def test_scale_down_removes_the_pods_least_worth_keeping_first():
     assert [item["metadata"]["name"] for item in pods_to_delete(pods, 2)] == ["unscheduled", "pending"]
 
 
+def test_scale_down_treats_unknown_times_as_newest():
+    untimed = pod("untimed")
+    untimed["status"]["conditions"][0].pop("lastTransitionTime")
+    unborn = pod("unborn", ready=False)
+    unborn["metadata"].pop("creationTimestamp")
+    pods = [pod("timed"), untimed, pod("old-not-ready", ready=False), unborn]
+    assert [item["metadata"]["name"] for item in pods_to_delete(pods, 4)] == [
+        "unborn", "old-not-ready", "untimed", "timed"]
+
+
 def test_status_counts_ready_and_available_after_min_ready_seconds():
     rs = replicaset(replicas=4, min_ready=30, generation=3)
     pods = [pod("a", ready_for=100), pod("b", ready_for=10), pod("c", ready=False),
@@ -263,6 +273,16 @@ def test_a_failing_create_stops_the_slow_start_and_reports_it(api, rsc):
     feed(rsc.replicasets, "MODIFIED", api.objects[("ReplicaSet", "web")])
     rsc.sync("ns/web")  # nothing is awaited from the failed or skipped creates
     assert api.verbs().count("create") == 10
+
+
+def test_a_namespace_being_deleted_is_no_failure(api, rsc):
+    add_rs(api, rsc, replicaset(replicas=2))
+    api.create_error = Forbidden("unable to create new content in namespace ns because it is being terminated",
+                                 details={"causes": [{"type": "NamespaceTerminating", "field": "metadata.namespace"}]})
+    rsc.sync("ns/web")
+    assert api.verbs().count("create-failed") == 2
+    assert "conditions" not in api.objects[("ReplicaSet", "web")]["status"]
+    assert rsc.expectations.satisfied("ns/web")
 
 
 def test_bursts_grow_while_creates_succeed(api, rsc):

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from daemons.api.errors import APIError, Conflict, ConnectionFailed, Invalid, NotFound
 from daemons.api.resources import RESOURCES, Resource, by_kind
 from daemons.controllers.context import ControllerContext
+from daemons.controllers.ownership import is_being_deleted
 from daemons.machinery.controller import Controller, TemporaryError
 from daemons.machinery.informer import Informer
 from daemons.machinery.keys import key_of, make_key, split_key
@@ -79,10 +80,6 @@ def owner_references(obj: Obj) -> list[Obj]:
 
 def uid_of(obj: Obj) -> str | None:
     return (obj.get("metadata") or {}).get("uid")
-
-
-def is_being_deleted(obj: Obj) -> bool:
-    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def finalizer_duty(obj: Obj) -> Duty | None:

@@ -158,6 +158,15 @@ def test_orphan_deletion_keeps_the_pods_without_the_reference(manager, api, name
     assert all(not pod["metadata"].get("ownerReferences") for pod in pods)
 
 
+def test_orphan_dependents_in_delete_options_means_orphan(manager, api, namespace):
+    replicaset_with_pods(api, namespace)
+    api.request("DELETE", REPLICASETS.path(namespace, "web"), json={"orphanDependents": True})
+    wait_for(lambda: get(api, REPLICASETS, namespace, "web"), None, manager)
+    pods = api.list(PODS, namespace)["items"]
+    assert sorted(pod["metadata"]["name"] for pod in pods) == ["web-0", "web-1"]
+    assert all(not pod["metadata"].get("ownerReferences") for pod in pods)
+
+
 def test_a_deployment_chain_deleted_in_the_background_leaves_nothing(manager, api, namespace):
     deployment = api.create(DEPLOYMENTS, {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "front"},

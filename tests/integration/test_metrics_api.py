@@ -203,11 +203,12 @@ def wait_for_samples(api: ApiClient, prometheus: PrometheusProcess, namespace: s
         client.close()
 
 
-def run(binary: Path, cluster: Cluster, *args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess:
+def run(binary: Path, cluster: Cluster, *args: str, kubeconfig: Path | None = None,
+        namespace: str | None = None) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if not key.startswith("KUBE")}
     env["HOME"] = str(cluster.prometheus.workdir)
-    argv = [str(binary), "--kubeconfig", str(kubeconfig or cluster.apiserver.kubeconfig), "-n", cluster.namespace,
-            *args]
+    argv = [str(binary), "--kubeconfig", str(kubeconfig or cluster.apiserver.kubeconfig),
+            "-n", namespace or cluster.namespace, *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, check=False)
 
 
@@ -282,6 +283,18 @@ def test_top_nodes_against_allocatable(kubectl: Path, cluster: Cluster):
     assert [cluster.node, "1500m", "37%", "2048Mi", "25%"] in rows
     assert table(run(kubectl, cluster, "top", "node", cluster.node, "--no-headers")) == [
         [cluster.node, "1500m", "37%", "2048Mi", "25%"]]
+
+
+def test_top_pods_where_there_is_nothing_to_show(kubectl: Path, cluster: Cluster, namespace: str):
+    empty = run(kubectl, cluster, "top", "pods", namespace=namespace)
+    assert empty.returncode == 0 and empty.stdout == ""
+    assert f"No resources found in {namespace} namespace." in empty.stderr
+    cluster.api.create(PODS, pod("fresh", ["main"], {"app": "fresh"}), namespace)
+    young = run(kubectl, cluster, "top", "pods", namespace=namespace)
+    assert young.returncode == 1 and "error: metrics not available yet" in young.stderr
+    named = run(kubectl, cluster, "top", "pod", "fresh", namespace=namespace)
+    assert named.returncode == 1
+    assert f'Error from server (NotFound): podmetrics.metrics.k8s.io "{namespace}/fresh" not found' in named.stderr
 
 
 def test_top_without_the_metrics_api(kubectl: Path, cluster: Cluster, apiserver):

@@ -249,7 +249,7 @@ class GarbageCollector:
                 self.controller.enqueue(dependent)  # perhaps orphaned now
             for ref in owner_references(obj):
                 owner = owner_item(obj, ref)
-                if owner is not None:
+                if owner is not None and split_item(owner)[0] in self.watched:
                     self.controller.enqueue(owner)  # an owner waiting for its dependents to go
 
         return added, updated, deleted

@@ -321,6 +321,15 @@ def test_an_owner_recreated_under_its_name_does_not_save_the_old_dependents(api,
     assert api.calls == [("delete Background", "Pod web-1")]
 
 
+def test_a_dependent_of_an_unwatched_kind_going_enqueues_nothing_unsyncable(api, gc):
+    node_owned = api.put(obj(owners=[ref(kind="Node", name="n1", uid="uid-n1", api_version="v1")]))
+    feed(gc, PODS, "ADDED", node_owned)
+    feed(gc, PODS, "DELETED", stamp(copy.deepcopy(node_owned)))
+    while (item := gc.controller.queue.get(timeout=0)) is not None:
+        gc.sync(item)  # raises for an item the collector has no informer for
+        gc.controller.queue.done(item)
+
+
 def test_a_reference_of_unknown_kind_keeps_the_dependent(api, gc):
     feed(gc, PODS, "ADDED", api.put(obj(owners=[ref(kind="Widget", api_version="example.com/v1")])))
     drain(gc)

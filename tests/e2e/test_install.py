@@ -12,6 +12,7 @@ import socket
 import ssl
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -25,6 +26,10 @@ ANSIBLE_PLAYBOOK = REPO_ROOT / ".tools" / "ansible" / "bin" / "ansible-playbook"
 CA_FILE = Path("/etc/minik8s/pki/ca.crt")
 APISERVER_READYZ = "https://127.0.0.1:6443/readyz"
 REGISTRY = "http://127.0.0.1:5000"
+PROMETHEUS = "http://127.0.0.1:9090"
+# Prometheus' scrape jobs (roles/prometheus); kubelet, cadvisor and proxy have one target per node.
+PROMETHEUS_JOBS = {"prometheus", "apiserver", "scheduler", "controller-manager", "etcd", "kubelet", "cadvisor", "proxy"}
+NODE_JOBS = {"kubelet", "cadvisor", "proxy"}
 
 SUBNET_FILE = Path("/run/flannel/subnet.env")
 CLUSTER_CIDR = ipaddress.ip_network("10.244.0.0/16")
@@ -32,7 +37,7 @@ SERVICE_IP = "10.96.0.1"
 
 # Every long-running program of a single-node cluster, by its supervisord program / systemd unit name.
 PROGRAMS = ("etcd", "rabbitmq-server", "docker", "docker-registry", "minik8s-apiserver", "minik8s-scheduler",
-            "minik8s-controller-manager", "minik8s-flanneld", "minik8s-proxy", "minik8s-kubelet")
+            "minik8s-controller-manager", "minik8s-flanneld", "minik8s-proxy", "minik8s-kubelet", "prometheus")
 
 
 def under_systemd() -> bool:
@@ -220,6 +225,42 @@ def test_docker_pulls_standard_names_through_the_registry_mirror(installed):
     info = json.loads(subprocess.run(["docker", "info", "--format", "{{json .RegistryConfig.Mirrors}}"],
                                      capture_output=True, text=True, check=True).stdout)
     assert any(":5000" in mirror for mirror in info)
+
+
+def prometheus_targets() -> list[dict]:
+    with urllib.request.urlopen(f"{PROMETHEUS}/api/v1/targets?state=active", timeout=10) as response:
+        return json.load(response)["data"]["activeTargets"]
+
+
+def test_prometheus_scrapes_every_job_and_every_target_is_up(installed):
+    last: dict[str, object] = {}
+
+    def all_up():
+        targets = prometheus_targets()
+        last["missing jobs"] = sorted(PROMETHEUS_JOBS - {target["labels"]["job"] for target in targets})
+        last["not up"] = [(target["scrapeUrl"], target["health"], target["lastError"]) for target in targets
+                          if target["health"] != "up"]
+        return not last["missing jobs"] and not last["not up"]
+
+    # Targets are scraped every 15 s: the first scrape of each may still be ahead.
+    try:
+        wait_for(all_up, 60, interval=2, what="every job's targets up")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; last seen: {last}") from None
+    for job in NODE_JOBS:
+        nodes = {target["labels"].get("node") for target in prometheus_targets() if target["labels"]["job"] == job}
+        assert node_name() in nodes, (job, nodes)
+
+
+def test_prometheus_has_the_nodes_container_metrics(installed):
+    query = urllib.parse.urlencode({"query": 'container_cpu_usage_seconds_total{id="/"}'})
+
+    def node_series():
+        with urllib.request.urlopen(f"{PROMETHEUS}/api/v1/query?{query}", timeout=10) as response:
+            return json.load(response)["data"]["result"]
+
+    result = wait_for(node_series, 60, interval=2, what="the node's CPU series in Prometheus")
+    assert {series["metric"]["node"] for series in result} >= {node_name()}
 
 
 def test_running_the_playbook_again_changes_nothing(installed):

@@ -467,6 +467,8 @@ async def _delete_options(request: Request) -> Obj:
             raise errors.BadRequest("gracePeriodSeconds must be an integer") from None
     if "propagationPolicy" in request.query_params:
         options["propagationPolicy"] = request.query_params["propagationPolicy"]
+    if "orphanDependents" in request.query_params:
+        options["orphanDependents"] = request.query_params["orphanDependents"].lower() == "true"
     grace = options.get("gracePeriodSeconds")
     if grace is not None and (not isinstance(grace, int) or grace < 0):
         raise errors.Invalid.for_object("DeleteOptions", None, [{

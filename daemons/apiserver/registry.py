@@ -112,10 +112,11 @@ class Registry:
         if ns is None:
             raise errors.not_found("namespaces", namespace)
         if creating and (ns.get("status") or {}).get("phase") == "Terminating":
+            message = f"unable to create new content in namespace {namespace} because it is being terminated"
             raise errors.Forbidden(
-                f'{resource.plural} "{namespace}" is forbidden: unable to create new content in namespace '
-                f"{namespace} because it is being terminated"
-            )
+                f'{resource.plural} is forbidden: {message}',
+                details={"kind": resource.plural, "causes": [
+                    {"type": "NamespaceTerminating", "field": "metadata.namespace", "message": message}]})
 
     async def _claims(self, resource: Resource, current: Obj | None, obj: Obj) -> tuple[Obj, Claims]:
         """A Service with its cluster IP and node ports filled in, and the claims its write takes and gives back."""
@@ -416,9 +417,12 @@ class Registry:
                 return desired or current
             try:
                 if resource.kind == "Namespace" and desired is None:
+                    current = await self._mark_terminating(current)
                     await self._empty_namespace(name)
                 if desired is None:
                     await self._remove(resource, current)
+                    if resource.kind == "Namespace":
+                        await self._empty_namespace(name)  # what a create that raced the marking still put there
                     return current
                 if desired == current:
                     return current
@@ -462,6 +466,21 @@ class Registry:
         if not metadata.get("deletionTimestamp") or grace < int(metadata.get("deletionGracePeriodSeconds") or 0):
             marked["metadata"]["deletionTimestamp"] = now_rfc3339(deadline)
         marked["metadata"]["deletionGracePeriodSeconds"] = grace
+        return marked
+
+    async def _mark_terminating(self, namespace: Obj) -> Obj:
+        """The namespace stored as Terminating, so that no create lands in it while it is being emptied."""
+        if (namespace.get("status") or {}).get("phase") == "Terminating":
+            return namespace
+        marked = clone(namespace)
+        marked["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+        marked.setdefault("status", {})["phase"] = "Terminating"
+        stored = {**marked, "metadata": {k: v for k, v in marked["metadata"].items() if k != "resourceVersion"}}
+        key = NAMESPACES.storage_key(None, namespace["metadata"]["name"])
+        revision = await self.storage.update(key, stored, int(namespace["metadata"]["resourceVersion"]))
+        if revision is None:
+            raise errors.conflict("namespaces", namespace["metadata"]["name"])
+        marked["metadata"]["resourceVersion"] = str(revision)
         return marked
 
     async def _empty_namespace(self, namespace: str) -> None:

@@ -297,9 +297,16 @@ def test_cluster_scoped_objects_and_deleting_a_namespace_deletes_its_contents(ap
     assert created["status"]["conditions"][0]["status"] == "True"
     api.delete(NODES, "worker-1.example.com")
     api.create(PODS, pod("inside"), namespace)
-    api.delete(resolve("namespaces"), namespace)
+    namespaces = resolve("namespaces")
+    start = api.get(namespaces, namespace)["metadata"]["resourceVersion"]
+    api.delete(namespaces, namespace)
     with pytest.raises(errors.NotFound):
         api.get(PODS, "inside", namespace)
+    # Marked Terminating (creates are refused from then on) before anything in it is deleted, then removed.
+    events = [(event["type"], (event["object"].get("status") or {}).get("phase"))
+              for event in api.watch(namespaces, resource_version=start, field_selector=f"metadata.name={namespace}",
+                                     timeout_seconds=1)]
+    assert events == [("MODIFIED", "Terminating"), ("DELETED", "Terminating")], events
 
 
 def test_authentication(apiserver):

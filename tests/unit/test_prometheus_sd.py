@@ -5,7 +5,14 @@ import os
 
 import pytest
 
-from daemons.controllers.prometheus_sd import file_sd_groups, target_files, target_view, write_if_changed
+from daemons.controllers.context import ControllerContext
+from daemons.controllers.prometheus_sd import (
+    PrometheusSDController,
+    file_sd_groups,
+    target_files,
+    target_view,
+    write_if_changed,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -53,3 +60,48 @@ def test_files_written_readable_and_only_on_change(tmp_path):
     assert write_if_changed(path, "[1]\n")
     assert path.read_text() == "[1]\n"
     assert os.listdir(path.parent) == ["kubelets.json"]  # no temporary file left behind
+
+
+class FakeInformer:
+    def __init__(self, nodes: list[dict]) -> None:
+        self.nodes = nodes
+        self.store = self
+        self.handlers: tuple = ()
+
+    def add_handlers(self, *handlers) -> None:
+        self.handlers = handlers
+
+    def list(self) -> list[dict]:
+        return self.nodes
+
+
+class FakeInformers:
+    def __init__(self, nodes: list[dict]) -> None:
+        self.nodes = FakeInformer(nodes)
+        self.asked: list[str] = []
+
+    def informer(self, resource) -> FakeInformer:
+        self.asked.append(resource.kind)
+        return self.nodes
+
+
+def test_without_a_folder_the_controller_watches_and_writes_nothing():
+    informers = FakeInformers([node("n1", "10.0.0.1")])
+    controller = PrometheusSDController(ControllerContext(client=None, informers=informers, workers=1))
+    controller.start()
+    controller.stop()
+    assert informers.asked == []
+
+
+def test_a_sync_writes_both_files_from_the_cached_nodes(tmp_path):
+    informers = FakeInformers([node("n2", "10.0.0.2"), node("n1", "10.0.0.1")])
+    controller = PrometheusSDController(ControllerContext(client=None, informers=informers, workers=1,
+                                                         prometheus_sd_dir=str(tmp_path / "sd")))
+    assert informers.asked == ["Node"]
+    controller.sync("targets")
+    kubelets = json.loads((tmp_path / "sd" / "kubelets.json").read_text())
+    assert [group["labels"]["node"] for group in kubelets] == ["n1", "n2"]
+    assert json.loads((tmp_path / "sd" / "proxies.json").read_text())[1]["targets"] == ["10.0.0.2:10249"]
+    informers.nodes.nodes = [node("n2", "10.0.0.2")]  # n1 was removed
+    controller.sync("targets")
+    assert [group["labels"]["node"] for group in json.loads((tmp_path / "sd" / "kubelets.json").read_text())] == ["n2"]

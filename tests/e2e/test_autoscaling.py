@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def test_the_example_scales_up_at_the_policy_rate_serves_from_every_pod_and_scal
         time.sleep(0.5)
     sizes = [size for _, size in changes]
     assert sizes == list(range(1, MAX_REPLICAS + 1)), f"one pod at a time: {sizes}"
-    gaps = [later - earlier for (earlier, _), (later, _) in zip(changes[1:], changes[2:], strict=False)]
+    gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(changes[1:])]
     # Polled twice a second: a change can be seen up to half a second late, so a gap may look that much shorter.
     assert all(gap >= SCALE_UP_PERIOD_SECONDS - 1 for gap in gaps), f"faster than 1 pod per 15 s: {gaps}"
 

@@ -12,6 +12,7 @@ from cli.verbs import (
     annotate,
     api_resources,
     apply,
+    autoscale,
     cordon,
     create,
     delete,
@@ -47,6 +48,7 @@ app.command("delete")(delete.delete)
 app.command("label")(label.label)
 app.command("annotate")(annotate.annotate)
 app.command("scale")(scale.scale)
+app.command("autoscale")(autoscale.autoscale)
 app.add_typer(rollout.app, name="rollout")
 app.command("patch")(patch.patch)
 app.command("cordon")(cordon.cordon)

@@ -217,8 +217,8 @@ def test_cpu_above_target_scales_the_deployment_up_by_its_policy(api: ApiClient,
     time.sleep(3)  # several more syncs: the policy still holds the Deployment at 2
     assert api.get(DEPLOYMENTS, "web", namespace)["spec"]["replicas"] == 2
 
-    ours = subprocess.run([str(KUBECTL), "--kubeconfig", str(apiserver.kubeconfig), "-n", namespace, "get", "hpa"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    ours = subprocess.run([str(KUBECTL), "--kubeconfig", str(apiserver.kubeconfig), "-n", namespace, "get", "hpa",
+                           "web"], capture_output=True, text=True, timeout=60, check=False)
     assert ours.returncode == 0, ours.stderr
     header, row = ours.stdout.splitlines()
     assert header.split() == ["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
@@ -231,3 +231,22 @@ def test_cpu_above_target_scales_the_deployment_up_by_its_policy(api: ApiClient,
         assert theirs.returncode == 0, f"kubectl {version}: {theirs.stderr}"
         upstream_row = theirs.stdout.splitlines()[1]
         assert ROW.match(upstream_row), f"kubectl {version}: {theirs.stdout}"
+
+
+def test_kubectl_autoscale_creates_an_hpa_whose_minimum_holds_without_metrics(
+        api: ApiClient, namespace: str, apiserver: ApiServerProcess, manager: ControllerManagerProcess) -> None:
+    api.create(DEPLOYMENTS, deployment("api"), namespace)
+    kubectl = [str(KUBECTL), "--kubeconfig", str(apiserver.kubeconfig), "-n", namespace]
+    created = subprocess.run([*kubectl, "autoscale", "deployment/api", "--min", "2", "--max", "5", "--cpu-percent",
+                              "60"], capture_output=True, text=True, timeout=60, check=False)
+    assert (created.returncode, created.stdout) == (0, "horizontalpodautoscaler.autoscaling/api autoscaled\n"), \
+        created.stderr
+    row = subprocess.run([*kubectl, "get", "hpa", "api"], capture_output=True, text=True, timeout=60,
+                         check=False).stdout.splitlines()[1]
+    assert re.match(r"api\s+Deployment/api\s+cpu: <unknown>/60%\s+2\s+5\s+\d+\s+\S+$", row), row
+    # no pod reports usage, yet 1 replica is below the minimum: the autoscaler raises it without metrics
+    wait_for(lambda: api.get(DEPLOYMENTS, "api", namespace)["spec"]["replicas"], lambda replicas: replicas == 2,
+             manager)
+    again = subprocess.run([*kubectl, "autoscale", "deployment/api", "--max", "3"], capture_output=True, text=True,
+                           timeout=60, check=False)
+    assert again.returncode == 1 and "already exists" in again.stderr, again.stderr

@@ -8,7 +8,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from cli.session import CLIError
+from cli.verbs.autoscale import hpa_manifest
 from daemons.api.errors import NotFound
+from daemons.api.resources import require
 from daemons.api.usage import Usage
 from daemons.apiserver.tables import table
 from daemons.controllers.context import ControllerContext
@@ -285,3 +288,26 @@ def test_get_hpa_shows_current_against_target_and_counts_extra_metrics():
         {"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 73}}},
         {"type": "Resource", "resource": {"name": "memory", "current": {"averageValue": "10Mi"}}}]})
     assert cells(obj)[2:6] == ["cpu: 73%/50%, memory: 10Mi/100Mi + 1 more...", "1", 6, 3]
+
+
+# --- kubectl autoscale ------------------------------------------------------------------------------
+
+
+def test_autoscale_builds_the_hpa_upstream_kubectl_posts():
+    deployments = require("apps/v1", "Deployment")
+    assert hpa_manifest(deployments, "web", 4, 1, 50) == {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "web"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                 "minReplicas": 1, "maxReplicas": 4, "metrics": [{"type": "Resource", "resource": {
+                     "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]}}
+    assert hpa_manifest(deployments, "web", 3, hpa_name="web-hpa")["spec"] == {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "maxReplicas": 3}
+
+
+@pytest.mark.parametrize(("maximum", "minimum", "message"), [
+    (-1, None, "--max=MAXPODS is required"),
+    (2, 3, "--max=MAXPODS must be larger or equal to --min=MINPODS"),
+])
+def test_autoscale_refuses_bad_bounds(maximum, minimum, message):
+    with pytest.raises(CLIError, match=message):
+        hpa_manifest(require("apps/v1", "Deployment"), "web", maximum, minimum)

@@ -121,13 +121,27 @@ def _status_sum(rses: Iterable[Obj | None], field: str) -> int:
 # --- the new ReplicaSet: template, hash, name -----------------------------------------------------------
 
 
+def semantic(value: Any) -> Any:
+    """``value`` without nulls, empty maps and empty lists: what Go's zero values make equal to absent fields.
+
+    Upstream kubectl sends a template back (``rollout undo``) with ``resources: {}`` and the
+    like; it is the same template as the one stored without them.
+    """
+    if isinstance(value, dict):
+        cleaned = {key: semantic(item) for key, item in value.items()}
+        return {key: item for key, item in cleaned.items() if item is not None and item != {} and item != []}
+    if isinstance(value, list):
+        return [semantic(item) for item in value]
+    return value
+
+
 def without_hash(template: Obj) -> Obj:
-    """The template with the pod-template-hash label removed (and an emptied labels map dropped)."""
+    """The template with the pod-template-hash label removed, in its semantic form."""
     template = copy.deepcopy(template or {})
     labels = (template.get("metadata") or {}).get("labels")
     if labels is not None:
         labels.pop(HASH_LABEL, None)
-    return template
+    return semantic(template)
 
 
 def same_template(rs_template: Obj, deployment_template: Obj) -> bool:
@@ -148,8 +162,8 @@ def safe_encode(text: str) -> str:
 
 
 def template_hash(template: Obj, collision_count: int | None = None) -> str:
-    """A stable hash of the template (FNV-32a of its canonical JSON, plus the collision count), safe-encoded."""
-    data = json.dumps(template, sort_keys=True, separators=(",", ":")).encode()
+    """A stable hash of the template (FNV-32a of its canonical semantic JSON, plus the collision count), encoded."""
+    data = json.dumps(semantic(template), sort_keys=True, separators=(",", ":")).encode()
     if collision_count:
         data += collision_count.to_bytes(4, "little")
     return safe_encode(str(fnv32a(data)))

@@ -65,6 +65,14 @@ def test_the_template_hash_is_stable_safe_encoded_and_changes_with_the_collision
     assert rollout.safe_encode("0123") == "4567"
 
 
+def test_fields_left_empty_do_not_make_another_template():
+    sent_back = template()
+    sent_back["metadata"]["creationTimestamp"] = None
+    sent_back["spec"]["containers"][0]["resources"] = {}
+    assert rollout.same_template(sent_back, template())
+    assert rollout.template_hash(sent_back) == rollout.template_hash(template())
+
+
 def test_a_new_replica_set_carries_the_hash_in_name_labels_and_selector():
     rs = rollout.new_replica_set(deployment(minReadySeconds=5), None)
     pod_hash = rollout.template_hash(template())

@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 
 from daemons.api.quantity import parse_quantity
 
@@ -752,10 +752,6 @@ class MetricTarget(KubeModel):
                 if amount <= 0:
                     raise ValueError(f"{field}: Invalid value: {quantity!r}: must be positive")
         return self
-
-
-def to_snake(name: str) -> str:
-    return re.sub(r"([A-Z])", lambda match: f"_{match.group(1).lower()}", name)
 
 
 class ResourceMetricSource(KubeModel):

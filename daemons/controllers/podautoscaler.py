@@ -38,6 +38,7 @@ from daemons.controllers.replica_calculator import (
     record_scale,
     utilization_replicas,
 )
+from daemons.controllers.rollout import rfc3339
 from daemons.machinery.controller import Controller, PermanentError, TemporaryError
 from daemons.machinery.events import EventRecorder
 from daemons.machinery.keys import key_of
@@ -55,7 +56,7 @@ MEASURED = ("cpu", "memory")
 
 
 def now_text(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(datetime.fromtimestamp(now, UTC))
 
 
 def prometheus_source(url: str | None) -> MetricsSource:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from daemons.api.models import HorizontalPodAutoscalerBehavior, HPAScalingRules
 from daemons.api.quantity import parse_quantity
+from daemons.controllers.replicaset import parse_time, ready_condition
 
 Obj = dict[str, Any]
 
@@ -36,15 +36,6 @@ class MetricError(Exception):
 
 
 # --- which pods count -------------------------------------------------------------------------------
-
-
-def _time(value: str | None) -> float | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
-
-
-def _ready_condition(pod: Obj) -> Obj | None:
-    return next((condition for condition in (pod.get("status") or {}).get("conditions") or []
-                 if condition.get("type") == "Ready"), None)
 
 
 @dataclass(frozen=True)
@@ -77,12 +68,12 @@ def group_pods(pods: Sequence[Obj], metrics: Mapping[str, int], resource: str, n
             missing.add(name)
             continue
         if resource == "cpu":
-            condition = _ready_condition(pod)
-            started = _time(status.get("startTime"))
+            condition = ready_condition(pod)
+            started = parse_time(status.get("startTime"))
             if condition is None or started is None:
                 is_unready = True
             else:
-                transition = _time(condition.get("lastTransitionTime")) or started
+                transition = parse_time(condition.get("lastTransitionTime")) or started
                 if started + CPU_INITIALIZATION_PERIOD > now:
                     # the sample (taken now over the window) must lie wholly after the pod became ready
                     is_unready = condition.get("status") == "False" or now < transition + metric_window

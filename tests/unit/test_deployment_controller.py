@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from daemons.api.errors import NotFound
+from daemons.api.errors import AlreadyExists, NotFound
 from daemons.controllers import rollout
 from daemons.controllers.context import ControllerContext
 from daemons.controllers.deployment import DeploymentController
@@ -209,12 +209,17 @@ class FakeApi:
             self.events.append(body)
             return body
         self.writes.append(("create", body["metadata"]["name"]))
+        if (resource.kind, body["metadata"]["name"]) in self.objects:
+            raise AlreadyExists(f"{body['metadata']['name']} already exists")
         body = copy.deepcopy(body)
         tick = next(self.clock)
         body["metadata"].update(uid=f"uid-{body['metadata']['name']}", generation=1,
                                 creationTimestamp=f"2026-01-01T01:{tick // 60:02d}:{tick % 60:02d}Z")
         body["status"] = {"replicas": 0}
         return self._store(resource.kind, body, "ADDED")
+
+    def get(self, resource, name, namespace=None):
+        return copy.deepcopy(self.objects[(resource.kind, name)])
 
     def replace(self, resource, body, namespace=None, subresource=None):
         self.writes.append(("status" if subresource else "replace", body["metadata"]["name"]))
@@ -387,3 +392,15 @@ def test_a_paused_deployment_only_reports_status(api, controller):
     apply(api, controller, deployment(2, image="web:2"))
     settle(api, controller)
     assert sorted(api.sizes().values()) == [0, 2]
+
+
+def test_a_name_taken_by_another_owner_bumps_the_collision_count_and_the_hash(api, controller):
+    foreign = replica_set(f"web-{rollout.template_hash(template())}", 1)
+    foreign["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "other",
+                                              "uid": "uid-other", "controller": True}]
+    api._store("ReplicaSet", foreign, "ADDED")
+    apply(api, controller, deployment(2))
+    assert stored(api)["status"]["collisionCount"] == 1
+    ours = f"web-{rollout.template_hash(template(), 1)}"
+    assert api.sizes() == {foreign["metadata"]["name"]: 1, ours: 2}
+    assert api.replica_sets()[ours]["metadata"]["ownerReferences"][0]["uid"] == "uid-web"

@@ -253,6 +253,37 @@ def test_an_unsupported_metric_type_is_reported(api, usage, clock):
     assert conditions(api.statuses[-1])["ScalingActive"] == ("False", "InvalidMetricSourceType")
 
 
+MEMORY = {"type": "Resource", "resource": {"name": "memory", "target": {"type": "AverageValue",
+                                                                       "averageValue": "100Mi"}}}
+CPU = {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}
+
+
+def test_a_failing_metric_is_tolerated_while_another_scales_up(api, usage, clock):
+    controller = make(api, usage, clock)
+    feed(controller.pods, "ADDED", pod("a", cpu=None))  # no CPU request: the CPU metric cannot be computed
+    usage[("ns", "a")] = {"app": Usage(cpu=0.5, memory=250 * 2**20)}
+    feed(controller.hpas, "ADDED", hpa(metrics=[CPU, MEMORY]))
+    controller.sync("ns/web")
+    assert api.scaled == [3]
+    status = api.statuses[-1]
+    assert status["currentMetrics"] == [
+        {"type": "Resource", "resource": {"name": "cpu", "current": {}}},
+        {"type": "Resource", "resource": {"name": "memory", "current": {"averageValue": "250Mi"}}}]
+    assert ("Normal", "SuccessfulRescale", "New size: 3; reason: memory resource above target") in api.events
+    assert any(event[:2] == ("Warning", "FailedGetResourceMetric") for event in api.events)
+
+
+def test_a_failing_metric_blocks_a_scale_down(api, usage, clock):
+    api.replicas = 3
+    controller = make(api, usage, clock)
+    feed(controller.pods, "ADDED", pod("a", cpu=None))
+    usage[("ns", "a")] = {"app": Usage(cpu=0.5, memory=10 * 2**20)}  # memory alone would scale down
+    feed(controller.hpas, "ADDED", hpa(metrics=[CPU, MEMORY]))
+    controller.sync("ns/web")
+    assert api.scaled == []
+    assert conditions(api.statuses[-1])["ScalingActive"] == ("False", "FailedGetResourceMetric")
+
+
 def test_own_status_writes_do_not_requeue_but_spec_changes_do(api, usage, clock):
     controller = make(api, usage, clock)
     first = hpa()

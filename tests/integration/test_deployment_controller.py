@@ -245,3 +245,34 @@ def test_upstream_kubectl_rollout_verbs(version, manager, api, namespace, apiser
     wait_for(lambda: images_by_revision(api, namespace).get(4), ("minik8s/busybox:1", 3), manager)
     wait_for(lambda: kubectl(namespace, apiserver, "get", "deploy", "web", binary=binary).stdout.split()[:9],
              ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE", "web", "3/3", "3", "3"], manager)
+
+
+def test_recreate_never_runs_old_and_new_pods_together_and_history_is_pruned(manager, api, namespace, apiserver,
+                                                                               kubelet):
+    body = deployment(replicas=2)
+    body["spec"]["strategy"] = {"type": "Recreate"}
+    body["spec"]["revisionHistoryLimit"] = 1
+    api.create(DEPLOYMENTS, body, namespace)
+    ok(kubectl(namespace, apiserver, "rollout", "status", "deployment/web", "--timeout", "60s"))
+    mixed: list[set[str]] = []
+    stop = threading.Event()
+
+    def watch_images() -> None:
+        while not stop.is_set():
+            images = {pod["spec"]["containers"][0]["image"] for pod in api.list(PODS, namespace)["items"]}
+            if len(images) > 1:
+                mixed.append(images)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch_images, daemon=True)
+    watcher.start()
+    try:
+        for image in ("minik8s/busybox:2", "minik8s/busybox:3"):
+            set_image(api, namespace, image)
+            ok(kubectl(namespace, apiserver, "rollout", "status", "deployment/web", "--timeout", "60s"))
+    finally:
+        stop.set()
+        watcher.join(10)
+    assert mixed == []
+    wait_for(lambda: images_by_revision(api, namespace), {2: ("minik8s/busybox:2", 0), 3: ("minik8s/busybox:3", 2)},
+             manager)

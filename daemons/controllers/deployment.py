@@ -197,16 +197,16 @@ class Sync:
         current = rollout.replicas(self.new_rs)
         wanted = min(rollout.replicas(self.deployment),
                      rollout.new_rs_replicas(self.deployment, self.all_rses, self.new_rs))
-        shrink = {} if wanted != current else rollout.old_rs_scale_down(self.deployment, self.new_rs,
-                                                                          self.old_rses)
         if wanted != current:
             self.scale(self.new_rs, wanted)
-        elif shrink:
-            self.apply_sizes(shrink)
-        if wanted != current or shrink:
             self.rollout_status()
-        else:
-            self.finish()
+            return
+        shrink = rollout.old_rs_scale_down(self.deployment, self.new_rs, self.old_rses)
+        if shrink:
+            self.apply_sizes(shrink)
+            self.rollout_status()
+            return
+        self.finish()
 
     def recreate(self) -> None:
         """Recreate: every old ReplicaSet to 0, wait for their pods to go, then the new one at full size."""

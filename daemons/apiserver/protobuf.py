@@ -343,6 +343,32 @@ SCHEMA: dict[str, Schema] = {
                          6: ("conditions", "[]ReplicaSetCondition")},
     "ReplicaSetCondition": {1: ("type", "*string"), 2: ("status", "*string"), 3: ("lastTransitionTime", "time"),
                             4: ("reason", "string"), 5: ("message", "string")},
+    # --- autoscaling/v2 -----------------------------------------------------------------------------------------
+    "HorizontalPodAutoscaler": _object("HorizontalPodAutoscalerSpec", "HorizontalPodAutoscalerStatus"),
+    "HorizontalPodAutoscalerSpec": {
+        1: ("scaleTargetRef", "CrossVersionObjectReference"), 2: ("minReplicas", "*int"), 3: ("maxReplicas", "*int"),
+        4: ("metrics", "[]MetricSpec"), 5: ("behavior", "HorizontalPodAutoscalerBehavior"),
+    },
+    "CrossVersionObjectReference": {1: ("kind", "*string"), 2: ("name", "*string"), 3: ("apiVersion", "string")},
+    "MetricSpec": {1: ("type", "*string"), 2: ("object", "ObjectMetricSource"), 3: ("pods", "PodsMetricSource"),
+                   4: ("resource", "ResourceMetricSource"), 5: ("external", "ExternalMetricSource"),
+                   7: ("containerResource", "ContainerResourceMetricSource")},
+    "ResourceMetricSource": {1: ("name", "*string"), 2: ("target", "MetricTarget")},
+    "ContainerResourceMetricSource": {1: ("name", "*string"), 2: ("target", "MetricTarget"),
+                                      3: ("container", "*string")},
+    "PodsMetricSource": {1: ("metric", "MetricIdentifier"), 2: ("target", "MetricTarget")},
+    "ObjectMetricSource": {1: ("describedObject", "CrossVersionObjectReference"), 2: ("target", "MetricTarget"),
+                           3: ("metric", "MetricIdentifier")},
+    "ExternalMetricSource": {1: ("metric", "MetricIdentifier"), 2: ("target", "MetricTarget")},
+    "MetricIdentifier": {1: ("name", "*string"), 2: ("selector", "LabelSelector")},
+    "MetricTarget": {1: ("type", "*string"), 2: ("value", "quantity"), 3: ("averageValue", "quantity"),
+                     4: ("averageUtilization", "*int")},
+    "HorizontalPodAutoscalerBehavior": {1: ("scaleUp", "HPAScalingRules"), 2: ("scaleDown", "HPAScalingRules")},
+    "HPAScalingRules": {3: ("stabilizationWindowSeconds", "*int"), 1: ("selectPolicy", "*string"),
+                        2: ("policies", "[]HPAScalingPolicy")},
+    "HPAScalingPolicy": {1: ("type", "*string"), 2: ("value", "*int"), 3: ("periodSeconds", "*int")},
+    "HorizontalPodAutoscalerStatus": {1: ("observedGeneration", "*int"), 2: ("lastScaleTime", "time"),
+                                      3: ("currentReplicas", "int"), 4: ("desiredReplicas", "*int")},
 }
 
 # (apiVersion, kind) of the envelope's typeMeta -> the message its raw bytes hold.
@@ -356,8 +382,10 @@ KINDS: dict[tuple[str, str], str] = {
     ("v1", "Binding"): "Binding",
     ("apps/v1", "ReplicaSet"): "ReplicaSet",
     ("apps/v1", "Deployment"): "Deployment",
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): "HorizontalPodAutoscaler",
     # client-go's typed DELETE sends its options in the group version of the resource it deletes.
-    **{(version, "DeleteOptions"): "DeleteOptions" for version in ("v1", "apps/v1", "meta.k8s.io/v1")},
+    **{(version, "DeleteOptions"): "DeleteOptions" for version in ("v1", "apps/v1", "autoscaling/v2",
+                                                                   "meta.k8s.io/v1")},
 }
 
 SCALARS = frozenset({"string", "int", "bool", "bytes", "quantity", "intstr", "time", "microtime", "fields", "map",

@@ -158,7 +158,7 @@ def test_a_rolling_update_replaces_pods_one_by_one_without_a_failed_request_and_
     finally:
         probe.stop()
     assert not probe.failures, f"{len(probe.failures)} failed requests during the rollout: {probe.failures[:5]}"
-    assert sum(probe.answers.values()) > 50, probe.answers
+    assert len(probe.answers) > 3, f"old and new pods should both have answered: {probe.answers}"
     assert most <= 4, f"maxSurge 1 allows 4 pods, {most} were seen"
     assert least == 3, f"maxUnavailable 0 keeps 3 ready pods, {least} were seen"
 

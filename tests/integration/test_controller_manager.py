@@ -37,7 +37,8 @@ class ControllerManagerProcess(ApiDaemonProcess):
 def manager(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProcess,
             rabbitmq: RabbitMQProcess) -> Iterator[ControllerManagerProcess]:
     args = ("--amqp-url", rabbitmq.url) if request.param == "rabbitmq" else ()
-    process = ControllerManagerProcess(tmp_path_factory.mktemp("controller-manager"), apiserver, *args)
+    process = ControllerManagerProcess(tmp_path_factory.mktemp("controller-manager"), apiserver, "--controllers",
+                                       "endpoints", *args)
     process.start()
     try:
         yield process

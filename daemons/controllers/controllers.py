@@ -17,12 +17,12 @@ from daemons.controllers.prometheus_sd import PrometheusSDController
 from daemons.controllers.replicaset import ReplicaSetController
 
 CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
-    "deployment": DeploymentController,
     "endpoints": EndpointsController,
     "replicaset": ReplicaSetController,
+    "deployment": DeploymentController,
     "garbagecollector": GarbageCollector,
-    "prometheus-sd": PrometheusSDController,
     "horizontalpodautoscaling": HorizontalPodAutoscalingController,
+    "prometheus-sd": PrometheusSDController,
 }
 
 

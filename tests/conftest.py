@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -19,23 +20,26 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, TypeVar
 
 import docker as docker_sdk
 import httpx
 import pika
 import pytest
+import yaml
 
 from daemons.api import kubeconfig
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
-from daemons.api.resources import by_kind
+from daemons.api.resources import by_kind, require
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TESTS_ROOT = Path(__file__).resolve().parent
@@ -50,6 +54,8 @@ TOKEN_FILE = (
     f'{ADMIN_TOKEN},admin,uid-admin,"system:masters"\n'
     f'{KUBELET_TOKEN},system:node:node1,uid-node1,"system:nodes"\n'
 )
+EVENTS = require("v1", "Event")
+NODES = require("v1", "Node")
 
 # Every service runs in its own process group. A group still alive when the interpreter exits is killed
 # then; a watchdog per group kills it if this process dies without running atexit (SIGKILL, OOM).
@@ -382,6 +388,12 @@ class RabbitMQProcess(ServiceProcess):
             env=self.environment(), capture_output=True, text=True, timeout=timeout, check=False,
         )
 
+    def queues(self, prefix: str) -> list[str]:
+        """The names of the queues on this node that start with ``prefix``."""
+        result = self.rabbitmqctl("list_queues", "--silent", "name")
+        assert result.returncode == 0, f"rabbitmqctl list_queues: {result.stdout}{result.stderr}"
+        return [name for name in result.stdout.split() if name.startswith(prefix)]
+
     def stop(self, timeout: float = 30.0) -> None:
         """``rabbitmqctl stop``, falling back to signals."""
         if self.running:
@@ -580,6 +592,120 @@ def delete_queues(amqp_url: str, queues: Sequence[str]) -> None:
         connection.close()
 
 
+class ControllerManagerProcess(ApiDaemonProcess):
+    """``minik8s-controller-manager``, running the controllers its arguments name."""
+
+    name = "controller-manager"
+    program = "minik8s-controller-manager"
+
+
+class SchedulerProcess(ApiDaemonProcess):
+    """``minik8s-scheduler`` with the apiserver's admin kubeconfig."""
+
+    name = "scheduler"
+    program = "minik8s-scheduler"
+
+
+Daemon = TypeVar("Daemon", bound=ApiDaemonProcess)
+
+
+@contextlib.contextmanager
+def serving(process: Daemon, rabbitmq: RabbitMQProcess | None = None) -> Iterator[Daemon]:
+    """Run ``process`` for a block (on ``rabbitmq`` when given), then stop it and drop the durable queues
+    ``<name>.<resource>`` its informers declared, which would otherwise fill with every later test's events."""
+    if rabbitmq is not None:
+        process.args = (*process.args, "--amqp-url", rabbitmq.url)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        if rabbitmq is not None:
+            delete_queues(rabbitmq.url, rabbitmq.queues(f"{process.name}."))
+
+
+def wait_for(read: Callable[[], Any], wanted: Any, daemon: ServiceProcess, timeout: float = 60.0) -> Any:
+    """Poll ``read()`` until it returns ``wanted`` (or, when ``wanted`` is a predicate such as ``bool``, a value
+    it accepts) and return that value; fail with the last value and the log of the daemon expected to act."""
+    check = wanted if callable(wanted) else (lambda value: value == wanted)
+    deadline = time.monotonic() + timeout
+    value = read()
+    while not check(value) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        value = read()
+    what = getattr(wanted, "__name__", "") if callable(wanted) else repr(wanted)
+    assert check(value), f"still {value!r}, wanted {what}\n{daemon.logs()}"
+    return value
+
+
+def events(api: ApiClient, namespace: str, name: str, reason: str | None = None) -> list[dict]:
+    """The Events about the object ``name`` of ``namespace`` (with ``reason`` only, when given)."""
+    listed = api.list(EVENTS, namespace, field_selector=f"involvedObject.name={name}")["items"]
+    return [item for item in listed if reason is None or item["reason"] == reason]
+
+
+# --- Prometheus ---------------------------------------------------------------------------------------
+
+PROMETHEUS_BINARY = os.environ.get("MINIK8S_TEST_PROMETHEUS") or shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+class ExpositionServer:
+    """Serves ``exposition()`` in Prometheus' text format at ``path`` on a free loopback port, as a scrape target."""
+
+    def __init__(self, exposition: Callable[[], str], path: str = "/metrics") -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = exposition().encode()
+                self.send_response(200 if self.path == path else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class PrometheusProcess(ServiceProcess):
+    """Debian's Prometheus on a free loopback port with a private data dir, scraping ``scrape_configs`` every
+    second, as roles/prometheus runs it."""
+
+    name = "prometheus"
+
+    def __init__(self, workdir: Path, scrape_configs: list[dict[str, Any]]) -> None:
+        super().__init__(workdir)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config = workdir / "prometheus.yml"
+        self.config.write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": scrape_configs,
+        }))
+
+    def command(self) -> list[str]:
+        if not os.access(PROMETHEUS_BINARY, os.X_OK):
+            pytest.fail(f"{PROMETHEUS_BINARY} is missing: install Debian's prometheus package (roles/prometheus does)")
+        return [PROMETHEUS_BINARY, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}"]
+
+    def is_ready(self) -> bool:
+        return httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """The result vector of an instant query."""
+        answer = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=10).json()
+        assert answer["status"] == "success", answer
+        return list(answer["data"]["result"])
+
+
 PYPI_KUBECTL = REPO_ROOT / ".tools" / "kubectl" / "bin" / "kubectl"
 
 
@@ -722,3 +848,71 @@ def kubelet_images(docker: docker_sdk.DockerClient) -> dict[str, str]:
         if images.BUILT_BY_LABEL not in labels:
             images.build(name, docker)
     return built
+
+
+NODE_LABEL = "io.minik8s.node"  # the label the kubelet puts on its containers
+
+
+class KubeletProcess(ServiceProcess):
+    """``minik8s-kubelet`` for a node of its own, with its API on a free loopback port."""
+
+    name = "kubelet"
+
+    def __init__(self, workdir: Path, apiserver: ApiServerProcess, amqp_url: str) -> None:
+        super().__init__(workdir)
+        self.node_name = f"test-node-{secrets.token_hex(4)}"
+        self.port = free_port()
+        self.token = secrets.token_hex(16)
+        self.root_dir = workdir / "root"
+        self.apiserver = apiserver
+        self.amqp_url = amqp_url
+        (workdir / "node.yaml").write_text(yaml.safe_dump({
+            "name": self.node_name, "labels": {"disk": "ssd"}, "roles": ["worker"], "address": "127.0.0.1",
+            "taints": [{"key": "dedicated", "value": "test", "effect": "PreferNoSchedule"}],
+        }))
+        (workdir / "tokens").write_text(f"# kubelet API tokens\n{self.token}\n")
+
+    def command(self) -> list[str]:
+        script = Path(sys.executable).with_name("minik8s-kubelet")
+        return [
+            str(script) if script.exists() else sys.executable, *([] if script.exists() else
+                                                                  ["-m", "daemons.kubelet.main"]),
+            "--node-config", str(self.workdir / "node.yaml"),
+            "--kubeconfig", str(self.apiserver.kubeconfig),
+            "--amqp-url", self.amqp_url,
+            "--root-dir", str(self.root_dir),
+            "--bind-address", "127.0.0.1",
+            "--port", str(self.port),
+            "--authentication-token-file", str(self.workdir / "tokens"),
+            "--status-interval", "2",
+            "--resync-seconds", "10",
+        ]
+
+    def environment(self) -> dict[str, str]:
+        return daemon_environment()
+
+    def is_ready(self) -> bool:
+        return httpx.get(f"https://127.0.0.1:{self.port}/healthz", verify=False, timeout=2).status_code == 200
+
+    def api(self, method: str, path: str, token: str | None = None, **kwargs: Any) -> httpx.Response:
+        """A request to the kubelet's HTTPS API, with its token unless another (or "": none) is given."""
+        token = self.token if token is None else token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.request(method, f"https://127.0.0.1:{self.port}{path}", headers=headers, verify=False,
+                             timeout=30, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def kubelet(tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProcess, rabbitmq: RabbitMQProcess,
+            docker: docker_sdk.DockerClient, kubelet_images: dict[str, str]) -> Iterator[KubeletProcess]:
+    """A kubelet for a node of its own for the module; its containers and Node are removed afterwards."""
+    process = KubeletProcess(tmp_path_factory.mktemp("kubelet"), apiserver, rabbitmq.url)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        for container in docker.containers.list(all=True, filters={"label": f"{NODE_LABEL}={process.node_name}"}):
+            container.remove(force=True)
+        with apiserver.client() as client, contextlib.suppress(NotFound):
+            client.delete(NODES, process.node_name)

@@ -7,8 +7,7 @@ pods' status (IP, Ready condition) through the status subresource.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -17,35 +16,21 @@ import pytest
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
 from daemons.api.resources import resolve
-from tests.conftest import ApiDaemonProcess, ApiServerProcess, RabbitMQProcess, delete_queues
+from tests.conftest import ApiServerProcess, ControllerManagerProcess, RabbitMQProcess, serving, wait_for
 
 PODS = resolve("pods")
 SERVICES = resolve("services")
 ENDPOINTS = resolve("endpoints")
-QUEUES = ("controller-manager.services", "controller-manager.pods", "controller-manager.endpoints")
 NODE = "cm-test-node"
-
-
-class ControllerManagerProcess(ApiDaemonProcess):
-    """``minik8s-controller-manager`` with the apiserver's admin kubeconfig, on RabbitMQ when given its URL."""
-
-    name = "controller-manager"
-    program = "minik8s-controller-manager"
 
 
 @pytest.fixture(scope="module", params=["rabbitmq", "http-watch"])
 def manager(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProcess,
             rabbitmq: RabbitMQProcess) -> Iterator[ControllerManagerProcess]:
-    args = ("--amqp-url", rabbitmq.url) if request.param == "rabbitmq" else ()
     process = ControllerManagerProcess(tmp_path_factory.mktemp("controller-manager"), apiserver, "--controllers",
-                                       "endpoints", *args)
-    process.start()
-    try:
+                                       "endpoints")
+    with serving(process, rabbitmq if request.param == "rabbitmq" else None):
         yield process
-    finally:
-        process.stop()
-        if args:
-            delete_queues(rabbitmq.url, QUEUES)
 
 
 # --- objects ----------------------------------------------------------------------------------------
@@ -102,16 +87,6 @@ def listed(endpoints: dict | None) -> dict[str, list[str]]:
         ready += [item["targetRef"]["name"] for item in subset.get("addresses") or []]
         not_ready += [item["targetRef"]["name"] for item in subset.get("notReadyAddresses") or []]
     return {"ready": sorted(ready), "not_ready": sorted(not_ready)}
-
-
-def wait_for(read: Callable[[], Any], wanted: Any, manager: ControllerManagerProcess, timeout: float = 30.0) -> None:
-    """Poll ``read()`` until it returns ``wanted``; fail with the last value and the daemon's log."""
-    deadline = time.monotonic() + timeout
-    value = read()
-    while value != wanted and time.monotonic() < deadline:
-        time.sleep(0.1)
-        value = read()
-    assert value == wanted, f"still {value!r}, wanted {wanted!r}\n{manager.logs()}"
 
 
 def wait_listed(api: ApiClient, namespace: str, name: str, manager: ControllerManagerProcess,

@@ -12,7 +12,7 @@ import contextlib
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,33 +21,31 @@ import pytest
 from daemons.api.client import ApiClient
 from daemons.api.errors import APIError
 from daemons.api.resources import require
-from tests.conftest import ApiDaemonProcess, ApiServerProcess, RabbitMQProcess, delete_queues, upstream_kubectls
+from tests.conftest import (
+    ApiServerProcess,
+    ControllerManagerProcess,
+    RabbitMQProcess,
+    events,
+    serving,
+    upstream_kubectls,
+    wait_for,
+)
 
 PODS = require("v1", "Pod")
 REPLICASETS = require("apps/v1", "ReplicaSet")
 DEPLOYMENTS = require("apps/v1", "Deployment")
-QUEUES = ("controller-manager.pods", "controller-manager.replicasets.apps", "controller-manager.deployments.apps")
 KUBECTL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
 UPSTREAM = upstream_kubectls()
 REVISION = "deployment.kubernetes.io/revision"
-
-
-class ControllerManagerProcess(ApiDaemonProcess):
-    name = "controller-manager"
-    program = "minik8s-controller-manager"
 
 
 @pytest.fixture(scope="module")
 def manager(tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProcess,
             rabbitmq: RabbitMQProcess) -> Iterator[ControllerManagerProcess]:
     process = ControllerManagerProcess(tmp_path_factory.mktemp("controller-manager"), apiserver,
-                                       "--amqp-url", rabbitmq.url, "--controllers", "replicaset,deployment")
-    process.start()
-    try:
+                                       "--controllers", "replicaset,deployment")
+    with serving(process, rabbitmq):
         yield process
-    finally:
-        process.stop()
-        delete_queues(rabbitmq.url, QUEUES)
 
 
 def is_ready(pod: dict) -> bool:
@@ -123,15 +121,6 @@ def replica_sets(api: ApiClient, namespace: str) -> dict[str, dict]:
     return {rs["metadata"]["name"]: rs for rs in api.list(REPLICASETS, namespace)["items"]}
 
 
-def wait_for(read: Callable[[], Any], wanted: Any, manager: ControllerManagerProcess, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    value = read()
-    while value != wanted and time.monotonic() < deadline:
-        time.sleep(0.1)
-        value = read()
-    assert value == wanted, f"still {value!r}, wanted {wanted!r}\n{manager.logs()}"
-
-
 def images_by_revision(api: ApiClient, namespace: str) -> dict[int, tuple[str, int]]:
     """revision -> (image, replicas) of the ReplicaSets."""
     return {int(rs["metadata"]["annotations"][REVISION]):
@@ -159,8 +148,7 @@ def test_an_image_change_rolls_within_surge_and_availability(manager, api, names
     during = kubelet.seen[seen_before:]
     assert max(total for total, _ in during) <= 4, during  # replicas + maxSurge
     assert min(ready for _, ready in during) >= 3, during  # replicas - maxUnavailable
-    events = api.list(require("v1", "Event"), namespace)["items"]
-    messages = {event["message"] for event in events if event["reason"] == "ScalingReplicaSet"}
+    messages = {event["message"] for event in events(api, namespace, "web", "ScalingReplicaSet")}
     assert f"Scaled up replica set web-{pod_hash} to 3" in messages
     assert f"Scaled down replica set web-{pod_hash} to 0 from 1" in messages
 

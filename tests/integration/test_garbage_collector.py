@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,35 +18,31 @@ import pytest
 from daemons.api.client import ApiClient
 from daemons.api.errors import Invalid, NotFound
 from daemons.api.resources import Resource, require
-from daemons.controllers.garbagecollector import watched_resources
-from tests.conftest import CLOUD_SDK_KUBECTLS, ApiDaemonProcess, ApiServerProcess, RabbitMQProcess, delete_queues
+from tests.conftest import (
+    CLOUD_SDK_KUBECTLS,
+    ApiServerProcess,
+    ControllerManagerProcess,
+    RabbitMQProcess,
+    serving,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
 PODS = require("v1", "Pod")
 REPLICASETS = require("apps/v1", "ReplicaSet")
 DEPLOYMENTS = require("apps/v1", "Deployment")
-QUEUES = tuple(f"controller-manager.{resource.qualified_name}" for resource in watched_resources())
 KUBECTL = Path(sys.executable).with_name("kubectl")
 HOLD = "example.com/hold"
-
-
-class ControllerManagerProcess(ApiDaemonProcess):
-    name = "controller-manager"
-    program = "minik8s-controller-manager"
 
 
 @pytest.fixture(scope="module")
 def manager(tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProcess,
             rabbitmq: RabbitMQProcess) -> Iterator[ControllerManagerProcess]:
     process = ControllerManagerProcess(tmp_path_factory.mktemp("controller-manager"), apiserver,
-                                       "--controllers", "garbagecollector", "--amqp-url", rabbitmq.url)
-    process.start()
-    try:
+                                       "--controllers", "garbagecollector")
+    with serving(process, rabbitmq):
         yield process
-    finally:
-        process.stop()
-        delete_queues(rabbitmq.url, QUEUES)
 
 
 # --- objects ----------------------------------------------------------------------------------------
@@ -101,16 +96,6 @@ def get(api: ApiClient, resource: Resource, namespace: str, name: str) -> dict |
         return api.get(resource, name, namespace)
     except NotFound:
         return None
-
-
-def wait_for(read: Callable[[], Any], wanted: Any, manager: ControllerManagerProcess, timeout: float = 30.0) -> None:
-    """Poll ``read()`` until it returns ``wanted``; fail with the last value and the daemon's log."""
-    deadline = time.monotonic() + timeout
-    value = read()
-    while value != wanted and time.monotonic() < deadline:
-        time.sleep(0.1)
-        value = read()
-    assert value == wanted, f"still {value!r}, wanted {wanted!r}\n{manager.logs()}"
 
 
 # --- tests --------------------------------------------------------------------------------------------

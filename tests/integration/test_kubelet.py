@@ -13,95 +13,22 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import docker as docker_sdk
 import httpx
 import pytest
-import yaml
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
 from daemons.api.resources import by_kind
-from tests.conftest import (
-    ApiServerProcess,
-    RabbitMQProcess,
-    ServiceProcess,
-    daemon_environment,
-    free_port,
-    upstream_kubectls,
-)
+from tests.conftest import NODE_LABEL, ApiServerProcess, KubeletProcess, upstream_kubectls
 
 PODS = by_kind("v1", "Pod")
 NODES = by_kind("v1", "Node")
 EVENTS = by_kind("v1", "Event")
-NODE_LABEL = "io.minik8s.node"
-
-
-class KubeletProcess(ServiceProcess):
-    """``minik8s-kubelet`` for a node of its own, with its API on a free loopback port."""
-
-    name = "kubelet"
-
-    def __init__(self, workdir: Path, apiserver: ApiServerProcess, amqp_url: str) -> None:
-        super().__init__(workdir)
-        self.node_name = f"test-node-{secrets.token_hex(4)}"
-        self.port = free_port()
-        self.token = secrets.token_hex(16)
-        self.root_dir = workdir / "root"
-        self.apiserver = apiserver
-        self.amqp_url = amqp_url
-        (workdir / "node.yaml").write_text(yaml.safe_dump({
-            "name": self.node_name, "labels": {"disk": "ssd"}, "roles": ["worker"], "address": "127.0.0.1",
-            "taints": [{"key": "dedicated", "value": "test", "effect": "PreferNoSchedule"}],
-        }))
-        (workdir / "tokens").write_text(f"# kubelet API tokens\n{self.token}\n")
-
-    def command(self) -> list[str]:
-        script = Path(sys.executable).with_name("minik8s-kubelet")
-        return [
-            str(script) if script.exists() else sys.executable, *([] if script.exists() else
-                                                                  ["-m", "daemons.kubelet.main"]),
-            "--node-config", str(self.workdir / "node.yaml"),
-            "--kubeconfig", str(self.apiserver.kubeconfig),
-            "--amqp-url", self.amqp_url,
-            "--root-dir", str(self.root_dir),
-            "--bind-address", "127.0.0.1",
-            "--port", str(self.port),
-            "--authentication-token-file", str(self.workdir / "tokens"),
-            "--status-interval", "2",
-            "--resync-seconds", "10",
-        ]
-
-    def environment(self) -> dict[str, str]:
-        return daemon_environment()
-
-    def is_ready(self) -> bool:
-        return httpx.get(f"https://127.0.0.1:{self.port}/healthz", verify=False, timeout=2).status_code == 200
-
-    def api(self, method: str, path: str, token: str | None = None, **kwargs: Any) -> httpx.Response:
-        """A request to the kubelet's HTTPS API, with its token unless another (or "": none) is given."""
-        token = self.token if token is None else token
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.request(method, f"https://127.0.0.1:{self.port}{path}", headers=headers, verify=False,
-                             timeout=30, **kwargs)
-
-
-@pytest.fixture(scope="module")
-def kubelet(tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProcess, rabbitmq: RabbitMQProcess,
-            docker: docker_sdk.DockerClient, kubelet_images: dict[str, str]) -> Iterator[KubeletProcess]:
-    process = KubeletProcess(tmp_path_factory.mktemp("kubelet"), apiserver, rabbitmq.url)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-        for container in docker.containers.list(all=True, filters={"label": f"{NODE_LABEL}={process.node_name}"}):
-            container.remove(force=True)
-        with apiserver.client() as client, contextlib.suppress(NotFound):
-            client.delete(NODES, process.node_name)
 
 
 # --- helpers ------------------------------------------------------------------------------------------

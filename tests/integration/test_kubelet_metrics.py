@@ -12,26 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import docker as docker_sdk
-import httpx
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
-from tests.conftest import ApiServerProcess, RabbitMQProcess, ServiceProcess, free_port
-from tests.integration.test_controller_manager import ControllerManagerProcess
+from tests.conftest import ApiServerProcess, ControllerManagerProcess, KubeletProcess, PrometheusProcess, serving
 from tests.integration.test_kubelet import (
-    NODE_LABEL,
-    NODES,
     PODS,
-    KubeletProcess,
     busybox,
     make_pod,
     pod_containers,
@@ -42,59 +35,6 @@ from tests.integration.test_kubelet import (
 pytestmark = pytest.mark.integration
 
 BURNER = busybox("burner", "while :; do :; done", resources={"limits": {"cpu": "200m"}})
-
-
-class PrometheusProcess(ServiceProcess):
-    """Debian's ``prometheus`` on a free loopback port, scraping the kubelets listed in ``<sd_dir>/kubelets.json``
-    every second with the kubelet's token, trusting its (self-signed) certificate."""
-
-    name = "prometheus"
-
-    def __init__(self, workdir: Path, sd_dir: Path, token: str, kubelet_certificate: Path) -> None:
-        super().__init__(workdir)
-        binary = shutil.which("prometheus")
-        if binary is None:
-            pytest.fail("no prometheus binary: install Debian's prometheus package (roles/prometheus does)")
-        self.binary = binary
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        (workdir / "token").write_text(token)
-        (workdir / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-            "scrape_configs": [{
-                "job_name": "cadvisor", "scheme": "https", "metrics_path": "/metrics/cadvisor",
-                "authorization": {"credentials_file": str(workdir / "token")},
-                "tls_config": {"ca_file": str(kubelet_certificate)},
-                "file_sd_configs": [{"files": [str(sd_dir / "kubelets.json")], "refresh_interval": "1s"}],
-            }],
-        }))
-
-    def command(self) -> list[str]:
-        return [self.binary, f"--config.file={self.workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.workdir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"]
-
-    def is_ready(self) -> bool:
-        return httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        answer = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=10).json()
-        assert answer["status"] == "success", answer
-        return list(answer["data"]["result"])
-
-
-@pytest.fixture(scope="module")
-def kubelet(tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProcess, rabbitmq: RabbitMQProcess,
-            docker: docker_sdk.DockerClient, kubelet_images: dict[str, str]) -> Iterator[KubeletProcess]:
-    process = KubeletProcess(tmp_path_factory.mktemp("kubelet"), apiserver, rabbitmq.url)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-        for container in docker.containers.list(all=True, filters={"label": f"{NODE_LABEL}={process.node_name}"}):
-            container.remove(force=True)
-        with apiserver.client() as client, contextlib.suppress(NotFound):
-            client.delete(NODES, process.node_name)
 
 
 @pytest.fixture
@@ -178,10 +118,15 @@ def test_prometheus_scrapes_the_kubelet_through_the_sd_targets(
     sd_dir = tmp_path / "sd"
     manager = ControllerManagerProcess(tmp_path / "controller-manager", apiserver, "--controllers", "prometheus-sd",
                                        "--prometheus-sd-dir", str(sd_dir))
-    prometheus = PrometheusProcess(tmp_path / "prometheus", sd_dir, kubelet.token,
-                                   kubelet.root_dir / "pki" / "kubelet.crt")
-    manager.start()
-    try:
+    token_file = tmp_path / "kubelet-token"
+    token_file.write_text(kubelet.token)
+    # with the kubelet's token, trusting its self-signed certificate
+    prometheus = PrometheusProcess(tmp_path / "prometheus", [{
+        "job_name": "cadvisor", "scheme": "https", "metrics_path": "/metrics/cadvisor",
+        "authorization": {"credentials_file": str(token_file)},
+        "tls_config": {"ca_file": str(kubelet.root_dir / "pki" / "kubelet.crt")},
+        "file_sd_configs": [{"files": [str(sd_dir / "kubelets.json")], "refresh_interval": "1s"}]}])
+    with serving(manager):
         target = {"targets": [f"127.0.0.1:{kubelet.port}"], "labels": {"node": kubelet.node_name}}
 
         def listed() -> bool:
@@ -199,5 +144,3 @@ def test_prometheus_scrapes_the_kubelet_through_the_sd_targets(
             assert float(result["value"][1]) > 0
         finally:
             prometheus.stop()
-    finally:
-        manager.stop()

@@ -13,26 +13,22 @@ import contextlib
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound, ServiceUnavailable
 from daemons.api.resources import by_kind
 from daemons.api.usage import WINDOW_SECONDS, PrometheusClient
-from tests.conftest import ApiServerProcess, ServiceProcess, free_port, upstream_kubectls
+from tests.conftest import ApiServerProcess, ExpositionServer, PrometheusProcess, upstream_kubectls
 
 pytestmark = pytest.mark.integration
 
-PROMETHEUS_BINARY = os.environ.get("MINIK8S_TEST_PROMETHEUS", "/usr/bin/prometheus")
 KUBECTL = Path(sys.executable).with_name("kubectl")
 UPSTREAM = upstream_kubectls()
 PODS = by_kind("v1", "Pod")
@@ -61,23 +57,8 @@ class CadvisorExporter:
         self.node_cores = node_cores
         self.node_working_set = node_working_set
         self.started_ms = int(time.time() * 1000)
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = exporter.exposition(int(time.time() * 1000)).encode()
-                self.send_response(200 if self.path == "/metrics/cadvisor" else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = ExpositionServer(lambda: self.exposition(int(time.time() * 1000)), "/metrics/cadvisor")
+        self.address = self.server.address
 
     def exposition(self, now_ms: int) -> str:
         elapsed = (now_ms - self.started_ms) / 1000
@@ -96,37 +77,6 @@ class CadvisorExporter:
             cpu.append(f"container_cpu_usage_seconds_total{{{labels},cpu=\"total\"}} {cores * elapsed!r} {now_ms}")
             memory.append(f"container_memory_working_set_bytes{{{labels}}} {working_set} {now_ms}")
         return "\n".join(cpu + memory) + "\n"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class PrometheusProcess(ServiceProcess):
-    """Prometheus scraping one kubelet-like target every second, labelled with its node as file_sd does."""
-
-    name = "prometheus"
-
-    def __init__(self, workdir: Path, target: str, node: str) -> None:
-        super().__init__(workdir)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.config = workdir / "prometheus.yml"
-        self.config.write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "- job_name: kubelet-cadvisor\n"
-            "  metrics_path: /metrics/cadvisor\n"
-            f"  static_configs: [{{targets: ['{target}'], labels: {{node: '{node}'}}}}]\n"
-        )
-
-    def command(self) -> list[str]:
-        return [PROMETHEUS_BINARY, f"--config.file={self.config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}"]
-
-    def is_ready(self) -> bool:
-        return httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200
-
 
 @dataclass
 class Cluster:
@@ -153,10 +103,12 @@ def pod(name: str, containers: list[str], labels: dict[str, str]) -> dict:
 
 @pytest.fixture(scope="module")
 def cluster(apiserver_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    assert os.access(PROMETHEUS_BINARY, os.X_OK), f"{PROMETHEUS_BINARY} is missing: apt-get install -y prometheus"
     namespace, node = f"top-{uuid.uuid4().hex[:8]}", f"metrics-node-{uuid.uuid4().hex[:8]}"
     exporter = CadvisorExporter(namespace, SERIES, node_cores=1.5, node_working_set=2 * 2**30)
-    prometheus = PrometheusProcess(tmp_path_factory.mktemp("prometheus"), exporter.address, node)
+    # labelled with its node, as the cluster's file_sd targets are
+    prometheus = PrometheusProcess(tmp_path_factory.mktemp("prometheus"), [{
+        "job_name": "kubelet-cadvisor", "metrics_path": "/metrics/cadvisor",
+        "static_configs": [{"targets": [exporter.address], "labels": {"node": node}}]}])
     prometheus.start()
     apiserver = apiserver_factory(extra_args=["--prometheus-url", prometheus.url])
     api = apiserver.client()
@@ -177,7 +129,7 @@ def cluster(apiserver_factory, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 cleanup()
         api.close()
         prometheus.stop()
-        exporter.close()
+        exporter.server.close()
 
 
 def wait_for_samples(api: ApiClient, prometheus: PrometheusProcess, namespace: str, node: str) -> None:

@@ -10,39 +10,35 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from daemons.api.client import ApiClient
 from daemons.api.resources import require
-from tests.conftest import ApiDaemonProcess, ApiServerProcess, RabbitMQProcess, delete_queues, upstream_kubectls
+from tests.conftest import (
+    ApiServerProcess,
+    ControllerManagerProcess,
+    RabbitMQProcess,
+    events,
+    serving,
+    upstream_kubectls,
+    wait_for,
+)
 
 PODS = require("v1", "Pod")
 REPLICASETS = require("apps/v1", "ReplicaSet")
-EVENTS = require("v1", "Event")
-QUEUES = ("controller-manager.replicasets.apps", "controller-manager.pods")
 KUBECTL = Path(sys.executable).with_name("kubectl")
-
-
-class ControllerManagerProcess(ApiDaemonProcess):
-    name = "controller-manager"
-    program = "minik8s-controller-manager"
 
 
 @pytest.fixture(scope="module")
 def manager(tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProcess,
             rabbitmq: RabbitMQProcess) -> Iterator[ControllerManagerProcess]:
     process = ControllerManagerProcess(tmp_path_factory.mktemp("controller-manager"), apiserver,
-                                       "--amqp-url", rabbitmq.url, "--controllers", "replicaset")
-    process.start()
-    try:
+                                       "--controllers", "replicaset")
+    with serving(process, rabbitmq):
         yield process
-    finally:
-        process.stop()
-        delete_queues(rabbitmq.url, QUEUES)
 
 
 def replicaset(name: str, replicas: int) -> dict:
@@ -63,16 +59,6 @@ def pods_of(api: ApiClient, namespace: str, rs: dict) -> list[dict]:
 
 def names(pods: list[dict]) -> list[str]:
     return [pod["metadata"]["name"] for pod in pods]
-
-
-def wait_for(read: Callable[[], Any], wanted: Any, manager: ControllerManagerProcess, timeout: float = 60.0) -> None:
-    """Poll ``read()`` until it returns ``wanted``; fail with the last value and the daemon's log."""
-    deadline = time.monotonic() + timeout
-    value = read()
-    while value != wanted and time.monotonic() < deadline:
-        time.sleep(0.1)
-        value = read()
-    assert value == wanted, f"still {value!r}, wanted {wanted!r}\n{manager.logs()}"
 
 
 def counts(api: ApiClient, namespace: str, name: str) -> tuple[int, int, int, int]:
@@ -136,10 +122,9 @@ def test_a_replicaset_creates_replaces_and_scales_its_pods(manager, apiserver, a
     cli(apiserver, namespace, "scale", "rs", "web", "--replicas", "3")
     wait_for(lambda: len(pods_of(api, namespace, rs)), 3, manager)
     wait_for(lambda: counts(api, namespace, "web"), (3, 0, 0, 0), manager)
-    events = [(event["reason"], event["message"].split(":")[0]) for event in api.list(EVENTS, namespace)["items"]
-              if event["involvedObject"]["name"] == "web"]
-    assert ("SuccessfulCreate", "Created pod") in events
-    assert ("SuccessfulDelete", "Deleted pod") in events
+    reported = [(event["reason"], event["message"].split(":")[0]) for event in events(api, namespace, "web")]
+    assert ("SuccessfulCreate", "Created pod") in reported
+    assert ("SuccessfulDelete", "Deleted pod") in reported
 
 
 def test_status_follows_pod_readiness_and_upstream_kubectl_shows_it(manager, apiserver, api, namespace, tmp_path):
@@ -185,6 +170,5 @@ def test_no_duplicate_pods_when_the_manager_is_killed_during_a_burst(manager, ap
     pods = api.list(PODS, namespace)["items"]
     assert len(pods) == 40
     assert not [pod for pod in pods if pod["metadata"].get("deletionTimestamp")]
-    reasons = {event["reason"] for event in api.list(EVENTS, namespace)["items"]
-               if event["involvedObject"]["name"] == "burst"}
+    reasons = {event["reason"] for event in events(api, namespace, "burst")}
     assert "SuccessfulDelete" not in reasons  # nothing was created twice and then taken back

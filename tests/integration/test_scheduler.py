@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -20,33 +19,19 @@ import pytest
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
 from daemons.api.resources import resolve
-from tests.conftest import ApiDaemonProcess, ApiServerProcess, RabbitMQProcess, delete_queues
+from tests.conftest import ApiServerProcess, RabbitMQProcess, SchedulerProcess, events, serving, wait_for
 
 PODS = resolve("pods")
 NODES = resolve("nodes")
-EVENTS = resolve("events")
 LABEL = "minik8s.test/scheduler"
 ZONES = ("a", "b", "c")
-QUEUES = ("scheduler.pods", "scheduler.nodes")
-
-
-class SchedulerProcess(ApiDaemonProcess):
-    """``minik8s-scheduler`` with the apiserver's admin kubeconfig, on RabbitMQ when given its URL."""
-
-    name = "scheduler"
-    program = "minik8s-scheduler"
 
 
 @pytest.fixture(scope="module")
 def scheduler(tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProcess,
               rabbitmq: RabbitMQProcess) -> Iterator[SchedulerProcess]:
-    process = SchedulerProcess(tmp_path_factory.mktemp("scheduler"), apiserver, "--amqp-url", rabbitmq.url)
-    process.start()
-    try:
+    with serving(SchedulerProcess(tmp_path_factory.mktemp("scheduler"), apiserver), rabbitmq) as process:
         yield process
-    finally:
-        process.stop()
-        delete_queues(rabbitmq.url, QUEUES)
 
 
 @pytest.fixture(scope="module")
@@ -90,34 +75,14 @@ def pod(name: str, cluster_id: str, zone: str | None = None, cpu: str | None = N
                      "tolerations": [{**module_taint(cluster_id), "operator": "Equal"}, *tolerations]}}
 
 
-def eventually(condition: Callable[[], object], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return bool(condition())
-
-
 def assigned(api: ApiClient, namespace: str, name: str) -> str:
     return api.get(PODS, name, namespace)["spec"].get("nodeName") or ""
 
 
 def wait_bound(api: ApiClient, namespace: str, names: list[str], scheduler: SchedulerProcess) -> dict[str, str]:
     """Each pod's node, once all are bound."""
-    placed: dict[str, str] = {}
-
-    def all_bound() -> bool:
-        placed.update({name: assigned(api, namespace, name) for name in names})
-        return all(placed.values())
-
-    assert eventually(all_bound), f"not all bound: {placed}\n{scheduler.logs()}"
-    return placed
-
-
-def events(api: ApiClient, namespace: str, name: str, reason: str) -> list[dict]:
-    listed = api.list(EVENTS, namespace, field_selector=f"involvedObject.name={name}")["items"]
-    return [item for item in listed if item["reason"] == reason]
+    return wait_for(lambda: {name: assigned(api, namespace, name) for name in names},
+                    lambda placed: all(placed.values()), scheduler)
 
 
 def refusal(api: ApiClient, namespace: str, cluster_id: str, zone: str, scheduler: SchedulerProcess) -> str:
@@ -130,8 +95,8 @@ def refusal(api: ApiClient, namespace: str, cluster_id: str, zone: str, schedule
     for attempt in range(10):
         name = f"probe-{zone}-{attempt}"
         api.create(PODS, pod(name, cluster_id, zone=zone), namespace)
-        assert eventually(lambda name=name: assigned(api, namespace, name)
-                          or events(api, namespace, name, "FailedScheduling")), scheduler.logs()
+        wait_for(lambda name=name: assigned(api, namespace, name) or events(api, namespace, name, "FailedScheduling"),
+                 bool, scheduler)
         failed = events(api, namespace, name, "FailedScheduling")
         if failed:
             return failed[0]["message"]
@@ -153,8 +118,7 @@ def test_pods_are_bound_and_spread_round_robin(scheduler, cluster, api, namespac
     assert collections.Counter(placed.values()) == {node_name(cluster, zone): 2 for zone in ZONES}
     bound = api.get(PODS, "p0", namespace)
     assert {"type": "PodScheduled", "status": "True"}.items() <= bound["status"]["conditions"][0].items()
-    assert eventually(lambda: events(api, namespace, "p0", "Scheduled"))
-    scheduled = events(api, namespace, "p0", "Scheduled")[0]
+    scheduled = wait_for(lambda: events(api, namespace, "p0", "Scheduled"), bool, scheduler)[0]
     assert scheduled["message"] == f"Successfully assigned {namespace}/p0 to {placed['p0']}"
     assert scheduled["source"]["component"] == "default-scheduler"
     metrics = httpx.get(scheduler.metrics_url, timeout=5).text
@@ -168,16 +132,14 @@ def test_a_node_selector_picks_the_node(scheduler, cluster, api, namespace):
 
 def test_a_pod_too_big_for_every_node_stays_pending(scheduler, cluster, api, namespace):
     api.create(PODS, pod("huge", cluster, cpu="3"), namespace)
-    assert eventually(lambda: events(api, namespace, "huge", "FailedScheduling")), scheduler.logs()
-    message = events(api, namespace, "huge", "FailedScheduling")[0]["message"]
+    message = wait_for(lambda: events(api, namespace, "huge", "FailedScheduling"), bool, scheduler)[0]["message"]
     assert message.startswith("0/") and "3 Insufficient cpu" in message, message
 
     def unschedulable() -> dict | None:
         conditions = api.get(PODS, "huge", namespace).get("status", {}).get("conditions") or []
         return next((item for item in conditions if item["type"] == "PodScheduled"), None)
 
-    assert eventually(unschedulable)
-    condition = unschedulable()
+    condition = wait_for(unschedulable, bool, scheduler)
     assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
     assert "Insufficient cpu" in condition["message"]
     assert assigned(api, namespace, "huge") == ""
@@ -188,8 +150,8 @@ def test_a_burst_fills_nodes_by_their_requests(scheduler, cluster, api, namespac
     placed = wait_bound(api, namespace, names, scheduler)
     assert collections.Counter(placed.values()) == {node_name(cluster, zone): 2 for zone in ZONES}
     api.create(PODS, pod("one-too-many", cluster, cpu="1"), namespace)
-    assert eventually(lambda: events(api, namespace, "one-too-many", "FailedScheduling")), scheduler.logs()
-    assert "3 Insufficient cpu" in events(api, namespace, "one-too-many", "FailedScheduling")[0]["message"]
+    failed = wait_for(lambda: events(api, namespace, "one-too-many", "FailedScheduling"), bool, scheduler)
+    assert "3 Insufficient cpu" in failed[0]["message"]
     api.delete(PODS, "p0", namespace, grace_period_seconds=0)
     assert wait_bound(api, namespace, ["one-too-many"], scheduler) == {"one-too-many": placed["p0"]}
 
@@ -253,8 +215,8 @@ def test_a_second_scheduler_on_the_http_watch_takes_only_its_own_pods(scheduler,
     try:
         api.create(PODS, pod("for-other", cluster, scheduler_name="other-scheduler"), namespace)
         wait_bound(api, namespace, ["for-other"], other)
-        assert eventually(lambda: events(api, namespace, "for-other", "Scheduled")), other.logs()
-        assert events(api, namespace, "for-other", "Scheduled")[0]["source"]["component"] == "other-scheduler"
+        scheduled = wait_for(lambda: events(api, namespace, "for-other", "Scheduled"), bool, other)
+        assert scheduled[0]["source"]["component"] == "other-scheduler"
         assert "for-other" not in scheduler.log_file.read_text()
     finally:
         other.stop()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -166,6 +167,16 @@ def test_scale_and_patch(kubectl, api, namespace):
     patch = '{"metadata": {"labels": {"release": "one"}}}'
     assert ok(kubectl("patch", "deployment.apps/front", "-p", patch)) == "deployment.apps/front patched\n"
     assert ok(kubectl("patch", "deployment.apps/front", "-p", patch)) == "deployment.apps/front patched (no change)\n"
+
+
+def test_create_namespace_by_name(kubectl, api):
+    name = f"made-{uuid.uuid4().hex[:8]}"
+    assert ok(kubectl("create", "namespace", name, namespaced=False)) == f"namespace/{name} created\n"
+    assert api.get(resolve("namespaces"), name)["status"]["phase"] == "Active"
+    assert "already exists" in failed(kubectl("create", "ns", name, namespaced=False))
+    assert "metadata.name" in failed(kubectl("create", "namespace", "Bad_Name", namespaced=False))
+    assert "only 'create namespace NAME'" in failed(kubectl("create", "deployment", "x", namespaced=False))
+    ok(kubectl("delete", "namespace", name, namespaced=False))
 
 
 def test_set_image_changes_the_named_container_of_the_template(kubectl, api, namespace):

@@ -178,6 +178,9 @@ class Sync:
             self.write_status(rollout.counts(self.deployment, self.all_rses, self.new_rs), availability=True)
             return
         if spec.get("paused"):
+            if rollout.is_scaling_event(self.deployment, self.all_rses):  # a paused Deployment still resizes
+                self.sync_revision(create=False)
+                self.apply_sizes(rollout.proportional_sizes(self.deployment, self.new_rs, self.old_rses))
             self.write_status(rollout.paused_status(self.deployment, self.all_rses, self.new_rs, self.now))
             return
         if rollout.is_scaling_event(self.deployment, self.all_rses):

@@ -299,8 +299,15 @@ class GarbageCollector:
             log.info("%s %s: no dependents left, removed finalizer %s", resource.kind, key_of(owner),
                      FOREGROUND_FINALIZER)
             return
+        uid = uid_of(owner) or ""
         for dependent_resource, dependent in dependents:
-            if not is_being_deleted(dependent) and self._delete(dependent_resource, dependent, "Foreground"):
+            if is_being_deleted(dependent):
+                continue
+            if self._has_other_owner(dependent, uid):  # it stays with its other owners, without this one
+                self._patch(dependent_resource, dependent, lambda live: without_owners(live, (uid,)))
+                log.info("%s %s: kept for its other owners, dropped %s %s", dependent_resource.kind,
+                         key_of(dependent), resource.kind, key_of(owner))
+            elif self._delete(dependent_resource, dependent, "Foreground"):
                 log.info("%s %s: deleted in the foreground with its owner %s %s", dependent_resource.kind,
                          key_of(dependent), resource.kind, key_of(owner))
         log.info("%s %s: waiting for %d dependents to go", resource.kind, key_of(owner), len(dependents))
@@ -325,6 +332,11 @@ class GarbageCollector:
             dependent = informer.store.get_by_key(key)
             if dependent is not None and any(ref.get("uid") == uid for ref in owner_references(dependent)):
                 yield resource, dependent
+
+    def _has_other_owner(self, dependent: Obj, uid: str) -> bool:
+        """Whether an owner of ``dependent`` besides the one with ``uid`` still exists (or cannot be judged)."""
+        return any(self._owner_state(dependent, ref) is not OwnerState.ABSENT
+                   for ref in owner_references(dependent) if (ref.get("uid") or "") != uid)
 
     def _owner_state(self, dependent: Obj, ref: Obj) -> OwnerState:
         """Whether the owner ``ref`` names exists: the cache may say so; only the apiserver may say it does not."""

@@ -150,18 +150,20 @@ class ChildControl:
         self.recorder.record(owner, "Normal", "SuccessfulCreate", f"Created {self._word}: {name}")
         return created
 
-    def delete(self, owner: Obj, child: Obj) -> None:
-        """Delete ``child`` (already gone is fine); FailedDelete on other errors."""
+    def delete(self, owner: Obj, child: Obj) -> bool:
+        """Delete ``child``: True when this call deleted it, False when it was gone already; FailedDelete on other
+        errors."""
         name = _metadata(child).get("name")
         try:
             self.client.delete(self.resource, name, _metadata(child).get("namespace"))
         except NotFound:
-            return
+            return False
         except (APIError, ConnectionFailed) as error:
             self.recorder.record(owner, "Warning", "FailedDelete", f"Error deleting: {error}")
             raise
         log.info("%s: deleted %s %s", _name(owner), self._word, name)
         self.recorder.record(owner, "Normal", "SuccessfulDelete", f"Deleted {self._word}: {name}")
+        return True
 
     def adopt(self, owner: Obj, owner_resource: Resource, child: Obj) -> Obj:
         """Make ``owner`` the controller of the orphan ``child``; fails if the child changed since it was read."""

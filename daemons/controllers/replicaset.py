@@ -383,10 +383,12 @@ class ReplicaSetController:
             def delete(pod: Obj) -> Callable[[], None]:
                 def run() -> None:
                     try:
-                        self.pod_control.delete(rs, pod)
+                        deleted = self.pod_control.delete(rs, pod)
                     except (APIError, ConnectionFailed):
                         self.expectations.deletion_observed(key, key_of(pod))
                         raise
+                    if not deleted:  # gone already: its DELETED event may have come before the expectation
+                        self.expectations.deletion_observed(key, key_of(pod))
                 return run
 
             errors = self._in_parallel([delete(pod) for pod in victims])

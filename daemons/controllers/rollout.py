@@ -343,7 +343,8 @@ def _newer_first(rs: Obj) -> tuple[str, str]:
 
 
 def proportional_sizes(deployment: Obj, new_rs: Obj | None, old_rses: list[Obj]) -> dict[str, int]:
-    """New sizes (by name) when the Deployment was resized, as upstream's ``scale``.
+    """New sizes (by name) when the Deployment was resized, as upstream's ``scale``; every ReplicaSet named is
+    rewritten with the new size annotations even where its size stays.
 
     With one active ReplicaSet (or none) that one (or the newest) takes the new size; a
     saturated new ReplicaSet sends the old ones to 0; mid-rollout each active ReplicaSet
@@ -355,18 +356,16 @@ def proportional_sizes(deployment: Obj, new_rs: Obj | None, old_rses: list[Obj])
     actives = active(everyone)
     if len(actives) <= 1:
         target = actives[0] if actives else new_rs or (sorted(old_rses, key=_newer_first, reverse=True) or [None])[0]
-        if target is None or replicas(target) == desired:
-            return {}
-        return {name_of(target): desired}
+        return {} if target is None else {name_of(target): desired}
     if new_rs is not None and int_annotation(new_rs, DESIRED_REPLICAS) == desired \
             and replicas(new_rs) == desired and available(new_rs) == desired:
         return {name_of(rs): 0 for rs in active(old_rses)}
-    if not is_rolling(deployment):
-        return {}
     allowed = desired + max_surge(deployment) if desired > 0 else 0
     to_add = allowed - total_replicas(actives)
-    if to_add == 0:
-        return {}
+    if not is_rolling(deployment) or to_add == 0:
+        # Sizes stay; the ReplicaSets are still rewritten with the new Deployment size in their annotations,
+        # or every later sync would take this for a resize again and the rollout would never go on.
+        return {name_of(rs): replicas(rs) for rs in actives}
     if to_add > 0:
         ordered = sorted(actives, key=lambda rs: (replicas(rs), *_newer_first(rs)), reverse=True)
     else:

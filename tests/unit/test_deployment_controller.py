@@ -160,6 +160,18 @@ def test_a_resize_mid_rollout_is_spread_in_proportion():
     assert rollout.proportional_sizes(deployment(5), None, [old_only]) == {"only": 5}
 
 
+def test_a_resize_that_adds_nothing_still_rewrites_the_size_annotations():
+    # 4 replicas + 1 surge mid-rollout (3 old, 1 new) scaled to 3: 4 are allowed and 4 run, so no size changes,
+    # but both ReplicaSets are named so that they are rewritten for 3 and the rollout goes on.
+    d = deployment(3, strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+    old = replica_set("old", 3, desired=4, max_replicas=5)
+    new = replica_set("new", 1, available=0, revision=2, desired=4, max_replicas=5, image="web:2")
+    assert rollout.is_scaling_event(d, [old, new])
+    assert rollout.proportional_sizes(d, new, [old]) == {"old": 3, "new": 1}
+    settled = replica_set("only", 3, desired=4)
+    assert rollout.proportional_sizes(deployment(3), settled, []) == {"only": 3}
+
+
 def test_status_conditions_follow_the_rollout():
     d = deployment(2)
     new = replica_set("new", 2, available=0, status_replicas=0)
@@ -382,16 +394,19 @@ def test_history_beyond_the_limit_is_deleted_once_the_rollout_completes(api, con
                            f"web-{rollout.template_hash(template('web:3'))}": 1}
 
 
-def test_a_paused_deployment_only_reports_status(api, controller):
+def test_a_paused_deployment_resizes_but_does_not_roll(api, controller):
     apply(api, controller, deployment(2))
     settle(api, controller)
     sizes = api.sizes()
     apply(api, controller, deployment(2, image="web:2", paused=True))
     assert api.sizes() == sizes
     assert rollout.condition(stored(api)["status"], "Progressing")["reason"] == rollout.PAUSED
-    apply(api, controller, deployment(2, image="web:2"))
+    apply(api, controller, deployment(4, image="web:2", paused=True))
+    drain(controller)
+    assert sorted(api.sizes().values()) == [4], "a paused Deployment still resizes"
+    apply(api, controller, deployment(4, image="web:2"))
     settle(api, controller)
-    assert sorted(api.sizes().values()) == [0, 2]
+    assert sorted(api.sizes().values()) == [0, 4]
 
 
 def test_a_name_taken_by_another_owner_bumps_the_collision_count_and_the_hash(api, controller):

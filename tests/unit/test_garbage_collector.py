@@ -351,6 +351,18 @@ def test_foreground_deletes_the_dependents_then_drops_the_finalizer(api, gc):
     assert api.objects[("ReplicaSet", "ns", "web")]["metadata"]["finalizers"] == []
 
 
+def test_foreground_keeps_a_dependent_that_has_another_owner_without_the_reference(api, gc):
+    deleting = api.put(obj("ReplicaSet", "web", uid="uid-rs", finalizers=[FOREGROUND_FINALIZER], deleting=True))
+    other = ref(kind="Deployment", name="front", uid="uid-deploy")
+    api.put(obj("Deployment", "front", uid="uid-deploy"))
+    feed(gc, PODS, "ADDED", api.put(obj(owners=[ref(), other])))
+    feed(gc, REPLICASETS, "ADDED", deleting)
+    drain(gc)
+    assert ("patch", "Pod web-1") in api.calls
+    assert not any(call[0].startswith("delete") for call in api.calls), api.calls
+    assert api.objects[("Pod", "ns", "web-1")]["metadata"]["ownerReferences"] == [other]
+
+
 def test_orphan_strips_the_reference_then_drops_the_finalizer(api, gc):
     deleting = api.put(obj("ReplicaSet", "web", uid="uid-rs", finalizers=[ORPHAN_FINALIZER], deleting=True))
     other = ref(kind="Deployment", name="front", uid="uid-deploy")

@@ -313,6 +313,18 @@ def test_scale_down_deletes_the_surplus_once(api, rsc):
     assert api.objects[("ReplicaSet", "web")]["status"]["replicas"] == 1
 
 
+def test_a_victim_deleted_by_someone_else_first_does_not_hold_the_replicaset_back(api, rsc):
+    rs = replicaset(replicas=1)
+    add_rs(api, rsc, rs)
+    for item in (pod("keep", owner=rs), pod("gone", owner=rs, age=10, ready_for=10)):
+        api.objects[("Pod", item["metadata"]["name"])] = item
+        feed(rsc.pods, "ADDED", item)
+    del api.objects[("Pod", "gone")]  # deleted elsewhere; its DELETED event reached the cache before our delete
+    rsc.sync("ns/web")
+    assert ("delete", "gone") in api.calls
+    assert rsc.expectations.satisfied("ns/web")
+
+
 def test_matching_orphans_are_adopted_and_relabelled_pods_released(api, rsc):
     rs = replicaset(replicas=2)
     add_rs(api, rsc, rs)

@@ -490,8 +490,13 @@ class Registry:
                 continue
             items, _revision = await self.storage.list(resource.storage_prefix(namespace))
             for item in items:
-                await self.storage.delete(resource.storage_key(namespace, item["metadata"]["name"]),
-                                          int(item["metadata"]["resourceVersion"]), self._held(resource, item))
+                key = resource.storage_key(namespace, item["metadata"]["name"])
+                # A write that lands between the read and the delete (a kubelet's status) loses the race for
+                # the delete: read the object again and retry until it is gone.
+                current: Obj | None = item
+                while current is not None and await self.storage.delete(
+                        key, int(current["metadata"]["resourceVersion"]), self._held(resource, current)) is None:
+                    current = await self.storage.get(key)
 
     async def delete_collection(self, resource: Resource, namespace: str | None, label_selector: str | None,
                                 field_selector: str | None, options: Obj, dry_run: bool = False) -> list[Obj]:

@@ -257,6 +257,8 @@ class Sync:
             min_ready = (self.deployment.get("spec") or {}).get("minReadySeconds")
             if min_ready is not None:
                 updated.setdefault("spec", {})["minReadySeconds"] = min_ready
+            else:  # taken off the Deployment: off the ReplicaSet too
+                updated.setdefault("spec", {}).pop("minReadySeconds", None)
             if updated != self.new_rs:
                 self.new_rs = self.client.replace(REPLICASETS, updated)
                 log.info("%s: replica set %s is revision %s", self.key, rollout.name_of(self.new_rs),

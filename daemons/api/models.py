@@ -873,3 +873,62 @@ class HorizontalPodAutoscalerStatus(KubeModel):
 class HorizontalPodAutoscaler(KubeObject):
     spec: HorizontalPodAutoscalerSpec
     status: HorizontalPodAutoscalerStatus | None = None
+
+
+# --- DNS (minik8s.io/v1) ----------------------------------------------------------------------------
+
+# Characters of an absolute URL path (RFC 3986) that cannot break out of an nginx location or a quoted
+# string: no whitespace, quotes, braces, semicolons, backslashes, query or fragment.
+URL_PATH = re.compile(r"^/[A-Za-z0-9\-._~!$&()*+,=:@%/]*$")
+
+
+def path_prefix(path: str) -> str:
+    """The path without its trailing slashes: ``/cart`` and ``/cart/`` name the same prefix."""
+    return path.rstrip("/") or "/"
+
+
+class DNSPath(KubeModel):
+    """One route of a host: requests whose path starts with ``path`` (by whole segments) go to the Service's port."""
+
+    path: str
+    service_name: str
+    service_port: Annotated[int, Field(ge=1, le=65535)]
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if len(value) > 1024 or not URL_PATH.match(value):
+            raise ValueError(f"must be an absolute URL path of letters, digits and -._~!$&()*+,=:@%/ (got {value!r})")
+        return value
+
+    @field_validator("service_name")
+    @classmethod
+    def _service(cls, value: str) -> str:
+        return check_dns1035_label(value)
+
+
+class DNSSpec(KubeModel):
+    host: str
+    paths: Annotated[list[DNSPath], Field(min_length=1)]
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return check_dns1123_subdomain(value)
+
+    @field_validator("paths")
+    @classmethod
+    def _unique(cls, paths: list[DNSPath]) -> list[DNSPath]:
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(paths):
+            prefix = path_prefix(entry.path)
+            if prefix in seen:
+                raise ValueError(f"path {entry.path!r} at index {index} repeats the path at index {seen[prefix]}")
+            seen[prefix] = index
+        return paths
+
+
+class DNS(KubeObject):
+    """A host name for the cluster: its paths forwarded to Services by nginx on every node, resolved by dnsmasq."""
+
+    spec: DNSSpec

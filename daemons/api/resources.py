@@ -88,6 +88,7 @@ RESOURCES: tuple[Resource, ...] = (
              subresources=("status", "scale"), categories=("all",)),
     Resource("HorizontalPodAutoscaler", "horizontalpodautoscalers", models.HorizontalPodAutoscaler,
              group="autoscaling", version="v2", short_names=("hpa",), subresources=("status",), categories=("all",)),
+    Resource("DNS", "dns", models.DNS, group="minik8s.io", has_status=False),
 )
 
 

@@ -113,7 +113,7 @@ run_molecule() {
 }
 
 status=0
-.venv/bin/pytest -q "$@" || status=$?
+.venv/bin/pytest -q --durations=20 "$@" || status=$?
 if ((status == 5)); then
     echo "error: pytest collected no tests" >&2
     exit 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from datetime import UTC, datetime
@@ -12,6 +13,7 @@ import typer
 from cli.printers import age, cell_text, tabwrite
 from cli.session import Session, resource_type, type_and_names
 from cli.verbs import Selector
+from daemons.api.errors import NotFound
 from daemons.api.resources import Resource
 
 SHOWN_FIRST = ("name", "namespace", "labels", "annotations", "managedFields")
@@ -29,7 +31,8 @@ def describe(
     first = True
     for row, names in type_and_names(args):
         for obj in _objects(session, row, names, selector):
-            text = describe_text(obj, row.namespaced, _events(session, row, obj), datetime.now(UTC))
+            sections = _routes(session, obj) if row.kind == "DNS" else []
+            text = describe_text(obj, row.namespaced, _events(session, row, obj), datetime.now(UTC), sections)
             print(text if first else f"\n\n{text}")
             first = False
     if first and not session.failed:
@@ -55,6 +58,52 @@ def _events(session: Session, row: Resource, obj: dict[str, Any]) -> list[dict[s
     listed = session.client.list(resource_type("events"), metadata.get("namespace"), field_selector=selector,
                                  all_namespaces=not row.namespaced)
     return listed.get("items") or []
+
+
+def _routes(session: Session, dns: dict[str, Any]) -> list[str]:
+    """The Routes section of a DNS object, from the Services and Endpoints its paths name, read now."""
+    namespace = dns["metadata"].get("namespace")
+    services: dict[str, dict[str, Any]] = {}
+    endpoints: dict[str, dict[str, Any]] = {}
+    for name in sorted({path.get("serviceName", "") for path in (dns.get("spec") or {}).get("paths") or []}):
+        for kind, found in (("services", services), ("endpoints", endpoints)):
+            with contextlib.suppress(NotFound):
+                found[name] = session.client.get(resource_type(kind), name, namespace)
+    return route_lines(dns, services, endpoints)
+
+
+def _ready_endpoints(service_port: dict[str, Any], endpoints: dict[str, Any] | None) -> int:
+    """Ready addresses behind one port of a Service: those of the subsets that carry the port's name."""
+    name = service_port.get("name") or ""
+    ready: set[str] = set()
+    for subset in (endpoints or {}).get("subsets") or []:
+        if any((port.get("name") or "") == name for port in subset.get("ports") or []):
+            ready.update(address.get("ip", "") for address in subset.get("addresses") or [])
+    return len(ready)
+
+
+def route_lines(dns: dict[str, Any], services: dict[str, dict[str, Any]],
+                endpoints: dict[str, dict[str, Any]]) -> list[str]:
+    """``Routes:`` then ``http://<host><path> -> <svc>:<port> (<ClusterIP>:<port>, N ready endpoints)`` per path;
+    ``services`` and ``endpoints`` by name hold those that exist."""
+    spec = dns.get("spec") or {}
+    lines = []
+    for path in spec.get("paths") or []:
+        name, port = path.get("serviceName", ""), path.get("servicePort")
+        target = f"  http://{spec.get('host', '')}{path.get('path', '')} -> {name}:{port}"
+        service = services.get(name)
+        if service is None:
+            lines.append(f"{target} (service not found)")
+            continue
+        service_spec = service.get("spec") or {}
+        service_port = next((entry for entry in service_spec.get("ports") or [] if entry.get("port") == port), None)
+        if service_port is None:
+            lines.append(f"{target} (service has no port {port})")
+            continue
+        ready = _ready_endpoints(service_port, endpoints.get(name))
+        cluster_ip = service_spec.get("clusterIP") or "<none>"
+        lines.append(f"{target} ({cluster_ip}:{port}, {ready} ready endpoint{'' if ready == 1 else 's'})")
+    return ["Routes:", *lines] if lines else ["Routes:\t<none>"]
 
 
 def smart_label(field: str) -> str:
@@ -109,8 +158,10 @@ def _event_row(event: dict[str, Any], now: datetime) -> str:
                       (event.get("message") or "").strip()])
 
 
-def describe_text(obj: dict[str, Any], namespaced: bool, events: list[dict[str, Any]], now: datetime) -> str:
-    """The whole description: identity, labels, annotations, every other field, then the events table."""
+def describe_text(obj: dict[str, Any], namespaced: bool, events: list[dict[str, Any]], now: datetime,
+                  sections: list[str] | None = None) -> str:
+    """The whole description: identity, labels, annotations, every other field, the kind's own ``sections``
+    (lines read from other objects), then the events table."""
     metadata = obj.get("metadata") or {}
     lines = [f"Name:\t{metadata.get('name', '')}"]
     if namespaced:
@@ -122,6 +173,7 @@ def describe_text(obj: dict[str, Any], namespaced: bool, events: list[dict[str, 
     if set(metadata) - set(SHOWN_FIRST):
         rest["metadata"] = {key: value for key, value in metadata.items() if key not in SHOWN_FIRST}
     lines += _content(rest, 0)
+    lines += sections or []
     if not events:
         return "\n".join(tabwrite([*lines, "Events:\t<none>"], 2))
 

@@ -916,16 +916,17 @@ class DNSSpec(KubeModel):
     def _host(cls, value: str) -> str:
         return check_dns1123_subdomain(value)
 
-    @field_validator("paths")
-    @classmethod
-    def _unique(cls, paths: list[DNSPath]) -> list[DNSPath]:
+    @model_validator(mode="after")
+    def _unique(self) -> DNSSpec:
+        """nginx refuses two locations of one prefix, so ``/cart`` and ``/cart/`` may not both be listed."""
         seen: dict[str, int] = {}
-        for index, entry in enumerate(paths):
+        for index, entry in enumerate(self.paths):
             prefix = path_prefix(entry.path)
             if prefix in seen:
-                raise ValueError(f"path {entry.path!r} at index {index} repeats the path at index {seen[prefix]}")
+                raise ValueError(f"paths[{index}].path: Duplicate value: \"{entry.path}\": the same prefix as "
+                                 f"paths[{seen[prefix]}].path")
             seen[prefix] = index
-        return paths
+        return self
 
 
 class DNS(KubeObject):

@@ -20,8 +20,8 @@ from typing import Any
 from daemons.api import errors
 from daemons.api.resources import RESOURCES, Resource
 from daemons.api.selectors import FieldSelectorQuery, LabelSelectorQuery, SelectorError
+from daemons.apiserver import dns, services
 from daemons.apiserver import patch as patches
-from daemons.apiserver import services
 from daemons.apiserver.cache import WatchCache
 from daemons.apiserver.services import ServiceNetwork
 from daemons.apiserver.storage import NO_CLAIMS, Claims, ClaimTaken, Storage
@@ -127,6 +127,11 @@ class Registry:
             held = services.held_by_others(await self.storage.list_keys(services.RANGES_PREFIX), current)
         return services.allocate(self.network, obj, current, held, self.rng)
 
+    async def _check_references(self, resource: Resource, obj: Obj, current: Obj | None) -> None:
+        """Refuse an object that names what does not exist: a DNS path's Service and port."""
+        if resource.kind == "DNS":
+            await dns.check_routes(self.storage, resource, obj, current)
+
     @staticmethod
     def _held(resource: Resource, current: Obj) -> tuple[str, ...]:
         """The claim keys a stored object gives back when it goes."""
@@ -203,6 +208,7 @@ class Registry:
                     obj["status"] = clone(INITIAL_STATUS[resource.kind])
         obj, warnings = validate(resource, obj, options.strict)
         await self._require_namespace(resource, namespace, creating=True)
+        await self._check_references(resource, obj, None)
         if options.field_manager:
             obj = patches.record_update(None, obj, options.field_manager, now_rfc3339())
         key = resource.storage_key(namespace, metadata["name"])
@@ -293,6 +299,7 @@ class Registry:
         ``current`` read from the cache (not ``fresh``) cannot prove a write is a no-op: that raises ``StaleRead``.
         """
         obj, warnings = validate(resource, desired, options.strict)
+        await self._check_references(resource, obj, current)
         obj["metadata"].pop("resourceVersion", None)
         revision = int(current["metadata"]["resourceVersion"])
         if options.field_manager:

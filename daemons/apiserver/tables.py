@@ -397,6 +397,21 @@ HPA_COLUMNS: list[Column] = [
     ("Age", "string", 0, age),
 ]
 
+# --- DNS (minik8s.io) -------------------------------------------------------------------------------
+
+def _dns_paths(dns: Obj) -> list[Obj]:
+    return dns.get("spec", {}).get("paths") or []
+
+
+DNS_COLUMNS: list[Column] = [
+    ("Name", "string", 0, _name),
+    ("Host", "string", 0, lambda o, _n: o.get("spec", {}).get("host") or NONE),
+    ("Paths", "string", 0, lambda o, _n: ",".join(str(p.get("path", "")) for p in _dns_paths(o)) or NONE),
+    ("Age", "string", 0, age),
+    ("Services", "string", 1, lambda o, _n: ",".join(
+        f"{p.get('serviceName', '')}:{p.get('servicePort', '')}" for p in _dns_paths(o)) or NONE),
+]
+
 DEFAULT_COLUMNS: list[Column] = [("Name", "string", 0, _name), ("Age", "string", 0, age)]
 
 COLUMNS_BY_KIND: dict[str, list[Column]] = {
@@ -409,6 +424,7 @@ COLUMNS_BY_KIND: dict[str, list[Column]] = {
     "ReplicaSet": REPLICASET_COLUMNS,
     "Deployment": DEPLOYMENT_COLUMNS,
     "HorizontalPodAutoscaler": HPA_COLUMNS,
+    "DNS": DNS_COLUMNS,
 }
 
 

@@ -20,6 +20,7 @@ from daemons.api.resources import resolve
 ADMIN_KUBECONFIG = Path.home() / ".kube" / "config"
 OUR_KUBECTL = "/usr/local/bin/kubectl"
 NAMESPACES = resolve("namespaces")
+PODS = resolve("pods")
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +67,25 @@ def wait_for(condition: Callable[[], Any], timeout: float = 60, interval: float 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or condition}")
         time.sleep(interval)
+
+
+def client_pod() -> dict:
+    """A busybox pod that only sleeps: tests run their requests from inside the cluster with it."""
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client"},
+        "spec": {"terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "client", "image": "busybox", "command": ["sleep", "3600"]}]},
+    }
+
+
+def is_ready(cluster: ApiClient, namespace: str, name: str) -> bool:
+    status = cluster.get(PODS, name, namespace).get("status") or {}
+    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+    return status.get("phase") == "Running" and conditions.get("Ready") == "True"
+
+
+def fetch_from_pod(namespace: str, url: str, pod: str = "client") -> str | None:
+    """The body ``url`` answers inside ``pod``, None when the request fails."""
+    # busybox's own `wget -T` crashes; its `timeout` applet bounds the request instead.
+    result = run_kubectl("-n", namespace, "exec", pod, "--", "timeout", "3", "wget", "-qO-", url, check=False)
+    return result.stdout.strip() if result.returncode == 0 else None

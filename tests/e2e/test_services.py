@@ -12,7 +12,7 @@ import pytest
 from daemons.api.errors import NotFound
 from daemons.api.resources import resolve
 from tests.conftest import upstream_kubectls
-from tests.e2e.conftest import run_kubectl, wait_for
+from tests.e2e.conftest import client_pod, fetch_from_pod, is_ready, run_kubectl, wait_for
 
 PODS = resolve("pods")
 SERVICES = resolve("services")
@@ -42,26 +42,12 @@ def backend(name: str) -> dict:
     }
 
 
-def client_pod() -> dict:
-    return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client"},
-        "spec": {"terminationGracePeriodSeconds": 1,
-                 "containers": [{"name": "client", "image": "busybox", "command": ["sleep", "3600"]}]},
-    }
-
-
 def echo_service(service_type: str = "ClusterIP") -> dict:
     return {
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo"},
         "spec": {"type": service_type, "selector": {"app": "echo"},
                  "ports": [{"name": "web", "port": 80, "targetPort": "http"}]},
     }
-
-
-def is_ready(cluster, namespace, name) -> bool:
-    status = cluster.get(PODS, name, namespace).get("status") or {}
-    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
-    return status.get("phase") == "Running" and conditions.get("Ready") == "True"
 
 
 def ready_addresses(cluster, namespace, name) -> set[str]:
@@ -77,12 +63,6 @@ def fetch_from_host(url: str) -> str | None:
         return httpx.get(url, timeout=2).text.strip()
     except httpx.HTTPError:
         return None
-
-
-def fetch_from_pod(namespace: str, url: str, pod: str = "client") -> str | None:
-    # busybox's own `wget -T` crashes; its `timeout` applet bounds the request instead.
-    result = run_kubectl("-n", namespace, "exec", pod, "--", "timeout", "3", "wget", "-qO-", url, check=False)
-    return result.stdout.strip() if result.returncode == 0 else None
 
 
 def answering(fetch, url: str, requests: int) -> collections.Counter[str]:

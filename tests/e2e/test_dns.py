@@ -3,8 +3,10 @@ through its dnsmasq, seen from the host and from pods."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -20,6 +22,7 @@ SERVICES = resolve("services")
 DEPLOYMENTS = resolve("deployments")
 NODES = resolve("nodes")
 DNS = resolve("dns")
+NAMESPACES = resolve("namespaces")
 EXAMPLE = Path(__file__).parents[2] / "examples" / "dns.yaml"
 HOST = "shop.example.com"
 # The proxy's snippets folder: nginx's configuration includes every *.conf there (roles/nginx).
@@ -58,16 +61,23 @@ def dns_object(name: str, host: str, paths: list[tuple[str, str]]) -> dict:
                                              for path, service in paths]}}
 
 
-@pytest.fixture
-def shop(cluster, e2e_namespace):
-    """The example applied in the test's namespace, its four pods ready, and a client pod."""
-    run_kubectl("-n", e2e_namespace, "apply", "-f", str(EXAMPLE))
-    cluster.create(PODS, client_pod(), e2e_namespace)
-    for name in ("cart", "pay"):
-        wait_for(lambda name=name: cluster.get(DEPLOYMENTS, name, e2e_namespace).get("status", {})
-                 .get("readyReplicas") == 2, 180, what=f"2 ready {name} pods")
-    wait_for(lambda: is_ready(cluster, e2e_namespace, "client"), 120, what="the client pod")
-    return e2e_namespace
+@pytest.fixture(scope="module")
+def shop(cluster):
+    """The example applied in a namespace of its own, its four pods ready, and a client pod; shared by the
+    tests of this module, which leave the example's own DNS object as it is."""
+    namespace = f"e2e-dns-{uuid.uuid4().hex[:8]}"
+    cluster.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    try:
+        run_kubectl("-n", namespace, "apply", "-f", str(EXAMPLE))
+        cluster.create(PODS, client_pod(), namespace)
+        for name in ("cart", "pay"):
+            wait_for(lambda name=name: cluster.get(DEPLOYMENTS, name, namespace).get("status", {})
+                     .get("readyReplicas") == 2, 180, what=f"2 ready {name} pods")
+        wait_for(lambda: is_ready(cluster, namespace, "client"), 120, what="the client pod")
+        yield namespace
+    finally:
+        with contextlib.suppress(NotFound):
+            cluster.delete(NAMESPACES, namespace)
 
 
 def test_the_example_routes_each_path_to_its_service_from_the_host_and_from_pods(cluster, shop):
@@ -100,20 +110,24 @@ def test_the_example_routes_each_path_to_its_service_from_the_host_and_from_pods
 
 def test_editing_a_path_retargets_it_and_deleting_the_object_removes_route_and_name(cluster, shop):
     namespace, node = shop, node_address(cluster)
-    wait_for(lambda: (fetch(f"http://{HOST}/cart") or (0, ""))[1].startswith("cart "), 10, what="the cart route")
+    host = f"edit-{namespace}.example.com"
+    cluster.create(DNS, dns_object("edit", host, [("/cart", "cart")]), namespace)
+    wait_for(lambda: (fetch(f"http://{host}/cart") or (0, ""))[1].startswith("cart "), 10, what="the cart route")
 
     started = time.monotonic()
-    run_kubectl("-n", namespace, "patch", "dns", "shop", "--type", "json", "-p",
+    run_kubectl("-n", namespace, "patch", "dns", "edit", "--type", "json", "-p",
                 '[{"op": "replace", "path": "/spec/paths/0/serviceName", "value": "pay"}]')
-    wait_for(lambda: (fetch(f"http://{HOST}/cart") or (0, ""))[1].startswith("pay "), 10, interval=0.1,
+    wait_for(lambda: (fetch(f"http://{host}/cart") or (0, ""))[1].startswith("pay "), 10, interval=0.1,
              what="/cart to reach the pay service")
     print(f"retargeted in {time.monotonic() - started:.2f} s")
 
     started = time.monotonic()
-    run_kubectl("-n", namespace, "delete", "dns", "shop")
-    wait_for(lambda: fetch(f"http://{node}/pay", host=HOST)[0] == 404, 10, interval=0.1, what="the route to go")
+    run_kubectl("-n", namespace, "delete", "dns", "edit")
+    wait_for(lambda: (fetch(f"http://{node}/cart", host=host) or (0, ""))[0] == 404, 10, interval=0.1,
+             what="the route to go")
     print(f"route removed in {time.monotonic() - started:.2f} s")
-    wait_for(lambda: node not in addresses(HOST), 10, interval=0.1, what=f"{HOST} to stop resolving to the node")
+    wait_for(lambda: node not in addresses(host), 10, interval=0.1, what=f"{host} to stop resolving to the node")
+    assert fetch(f"http://{HOST}/cart")[1].startswith("cart "), "another object's route changed"
 
 
 def test_a_dns_object_naming_a_missing_service_is_refused(cluster, e2e_namespace):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from daemons.api import models
+from daemons.machinery.network import primary_ipv4 as primary_ipv4  # re-exported: kubelet main's default address
 from daemons.machinery.settings import DaemonSettings
 
 ROLE_LABEL_PREFIX = "node-role.kubernetes.io/"
@@ -70,16 +70,6 @@ class NodeConfig(BaseModel):
 
     def taints_json(self) -> list[dict[str, Any]]:
         return [taint.wire() for taint in self.taints]
-
-
-def primary_ipv4() -> str:
-    """The source address of the default route (no packet is sent); loopback when there is no route."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("203.0.113.1", 9))  # TEST-NET-3: routed by default, never sent
-            return probe.getsockname()[0]
-        except OSError:
-            return "127.0.0.1"
 
 
 def load_node_config(path: str | Path) -> NodeConfig:

@@ -31,8 +31,8 @@ from typing import Any
 
 import iptc
 
+from daemons.proxy.names import ClusterView
 from daemons.proxy.rules import CHAIN_PREFIX, TABLES, Jump, Match, NodeFacts, Options, Rule, Ruleset, render_ports
-from daemons.proxy.services import ServicePort
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ def _matches(entry: bytes) -> list[tuple[bytes, int, bytes]]:
 
 
 class IptablesProgrammer:
-    """The iptables side of the proxy: renders the ruleset for the service ports and applies it."""
+    """The iptables side of the proxy: renders the ruleset for the view's service ports and applies it."""
 
     name = "iptables"
 
@@ -343,8 +343,8 @@ class IptablesProgrammer:
         self.facts = facts
         self.applier = IptablesApplier()
 
-    def sync(self, ports: Sequence[ServicePort]) -> None:
-        stats = self.applier.apply(render_ports(ports, self.facts))
+    def sync(self, view: ClusterView) -> None:
+        stats = self.applier.apply(render_ports(view.ports, self.facts))
         log.debug("iptables: %d rules in %d chains (%d newly encoded) in %.3fs, commits %.3fs", stats.rules,
                   stats.chains, stats.encoded, stats.encode_seconds, stats.commit_seconds)
 

@@ -1,15 +1,16 @@
-"""The proxy's loop: informers over Services and Endpoints mark the node's state dirty; one thread re-programs it.
+"""The proxy's loop: informers over Services, Endpoints and DNS objects mark the node's state dirty; one thread
+re-programs it.
 
-Events never program anything themselves. Any change to a Service or an
-Endpoints object sets a dirty flag; the sync thread wakes, waits out
+Events never program anything themselves. Any change to a Service, an
+Endpoints or a DNS object sets a dirty flag; the sync thread wakes, waits out
 ``min_sync_period_seconds`` since the last sync began (a burst of changes is
-applied together), reads both caches and hands the whole list of service
-ports to every programmer, which rewrites its part of the node from scratch.
+applied together), reads the caches into one ``ClusterView`` and hands it to
+every programmer, which rewrites its part of the node from scratch.
 Every ``sync_period_seconds`` it does so even when nothing changed, which
 repairs whatever someone else removed. A failed sync is retried with back-off.
 
-Programmers are the ways the node is told about services: iptables rules now;
-nginx and dnsmasq configuration can join the same list.
+Programmers are the ways the node is told about services: iptables rules,
+nginx's configuration, dnsmasq's hosts file.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from daemons.api.client import ApiClient
 from daemons.api.resources import require
 from daemons.machinery.informer import Informer, Obj, wait_all_synced
-from daemons.proxy.services import ServicePort, service_ports
+from daemons.proxy.names import ClusterView, DroppedPath, VirtualHost, cluster_view
+from daemons.proxy.services import ServicePort
 from daemons.proxy.settings import ProxySettings
 
 log = logging.getLogger(__name__)
@@ -45,17 +47,18 @@ SYNC_FAILURES = Counter("minik8s_proxy_sync_proxy_rules_failures_total", "Syncs 
 
 
 class Programmer(Protocol):
-    """Puts the node in the state the service ports ask for; each call converges from scratch."""
+    """Puts the node in the state the cluster view asks for; each call converges from scratch."""
 
     name: str
 
-    def sync(self, ports: Sequence[ServicePort]) -> None: ...
+    def sync(self, view: ClusterView) -> None: ...
 
     def cleanup(self) -> None: ...
 
 
 SERVICES = require("v1", "Service")
 ENDPOINTS = require("v1", "Endpoints")
+DNS = require("minik8s.io/v1", "DNS")
 
 
 def _key(obj: Obj) -> str:
@@ -78,11 +81,26 @@ def describe_changes(old: Sequence[ServicePort], new: Sequence[ServicePort]) -> 
     return lines
 
 
+def describe_host_changes(old: Sequence[VirtualHost], new: Sequence[VirtualHost]) -> list[str]:
+    """One line per virtual host added, removed, or whose routes changed."""
+    before = {vhost.host: vhost for vhost in old}
+    after = {vhost.host: vhost for vhost in new}
+    lines = [f"host {host}: removed" for host in before if host not in after]
+    for host, vhost in after.items():
+        if before.get(host) != vhost:
+            routes = ", ".join(f"{route.path} -> {route.service_key}:{route.service_port} "
+                               f"({route.target or 'no target'})" for route in vhost.routes)
+            lines.append(f"host {host}: {'added' if host not in before else 'changed'}, {routes}")
+    return lines
+
+
 class Proxier:
-    """Keeps every programmer in step with the cluster's Services and Endpoints until ``stop``."""
+    """Keeps every programmer in step with the cluster's Services, Endpoints and DNS objects until ``stop``."""
 
     def __init__(self, client: ApiClient, settings: ProxySettings, programmers: Sequence[Programmer]) -> None:
         self.programmers = list(programmers)
+        self.cluster_domain = settings.cluster_domain
+        self.node_ip = settings.node_ip
         self.sync_period = settings.sync_period_seconds
         self.min_sync_period = settings.min_sync_period_seconds
         # Every node's proxy needs every event: the queues are per node.
@@ -93,24 +111,29 @@ class Proxier:
         self.endpoints = Informer(client, ENDPOINTS, amqp_url=settings.amqp_url, queue_name=f"{prefix}.endpoints",
                                   resync_seconds=settings.sync_period_seconds, on_add=self._changed,
                                   on_update=self._updated("subsets"), on_delete=self._changed)
+        self.dns = Informer(client, DNS, amqp_url=settings.amqp_url, queue_name=f"{prefix}.dns",
+                            resync_seconds=settings.sync_period_seconds, on_add=self._changed,
+                            on_update=self._updated("spec"), on_delete=self._changed)
+        self.informers = (self.services, self.endpoints, self.dns)
         self._dirty = threading.Event()
         self._stopping = threading.Event()
-        self._ports: list[ServicePort] = []
+        self._view = ClusterView()
+        self._dropped: tuple[DroppedPath, ...] = ()
 
     # --- lifecycle ----------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Sync until ``stop``; the first sync waits for both caches, so no service is programmed half-known."""
-        self.services.start()
-        self.endpoints.start()
+        """Sync until ``stop``; the first sync waits for every cache, so nothing is programmed half-known."""
+        for informer in self.informers:
+            informer.start()
         try:
-            if wait_all_synced((self.services, self.endpoints), self._stopping):
+            if wait_all_synced(self.informers, self._stopping):
                 log.info("proxying %d services with %s", len(self.services.store),
                          ", ".join(programmer.name for programmer in self.programmers))
                 self._loop()
         finally:
-            self.services.stop(INFORMER_STOP_SECONDS)
-            self.endpoints.stop(INFORMER_STOP_SECONDS)
+            for informer in self.informers:
+                informer.stop(INFORMER_STOP_SECONDS)
 
     def stop(self) -> None:
         """End the loop; whatever was programmed stays in place, so traffic keeps flowing while we are away."""
@@ -153,26 +176,31 @@ class Proxier:
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
 
     def sync_once(self) -> bool:
-        """Hand the current service ports to every programmer; False if any of them failed."""
+        """Hand the current cluster view to every programmer; False if any of them failed."""
         started = time.monotonic()
-        ports = service_ports(self.services.store.list(), self.endpoints.store.list())
-        changes = describe_changes(self._ports, ports)
+        view = cluster_view(self.services.store.list(), self.endpoints.store.list(), self.dns.store.list(),
+                            domain=self.cluster_domain, node_ip=self.node_ip)
+        for dropped in sorted(set(view.dropped) - set(self._dropped), key=str):
+            log.warning("%s", dropped)
+        self._dropped = view.dropped
+        changes = describe_changes(self._view.ports, view.ports) + describe_host_changes(self._view.hosts, view.hosts)
         for line in changes[:LOGGED_CHANGES]:
             log.info("%s", line)
         if len(changes) > LOGGED_CHANGES:
-            log.info("and %d more service ports changed", len(changes) - LOGGED_CHANGES)
+            log.info("and %d more service ports and hosts changed", len(changes) - LOGGED_CHANGES)
         failed = False
         for programmer in self.programmers:
             try:
-                programmer.sync(ports)
+                programmer.sync(view)
             except Exception:
                 failed = True
                 SYNC_FAILURES.labels(programmer.name).inc()
-                log.exception("%s: sync of %d service ports failed; retrying", programmer.name, len(ports))
+                log.exception("%s: sync of %d service ports and %d hosts failed; retrying", programmer.name,
+                              len(view.ports), len(view.hosts))
         elapsed = time.monotonic() - started
         SYNC_SECONDS.observe(elapsed)
         if not failed:
-            self._ports = ports
+            self._view = view
             LAST_SYNC.set(time.time())
-            log.debug("synced %d service ports in %.3fs", len(ports), elapsed)
+            log.debug("synced %d service ports and %d hosts in %.3fs", len(view.ports), len(view.hosts), elapsed)
         return not failed

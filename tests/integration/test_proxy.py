@@ -254,7 +254,9 @@ class ProxyProcess(ServiceProcess):
     def command(self) -> list[str]:
         return ["ip", "netns", "exec", self.node.name, PROXY, "--kubeconfig", str(self.apiserver.kubeconfig),
                 "--amqp-url", self.amqp_url, "--node-name", self.node_name, "--metrics-port", str(self.metrics_port),
-                "--sync-period-seconds", str(SYNC_PERIOD), "--log-level", "DEBUG"]
+                "--sync-period-seconds", str(SYNC_PERIOD), "--log-level", "DEBUG",
+                # The node namespace shares the host's files: nginx and dnsmasq are tested in test_proxy_dns.
+                "--nginx-config", "", "--dns-hosts-file", ""]
 
     def environment(self) -> dict[str, str]:
         return daemon_environment()

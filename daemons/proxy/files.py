@@ -38,12 +38,15 @@ def signal_pid_file(pid_file: Path, signum: signal.Signals = signal.SIGHUP) -> b
     """Send ``signum`` to the process whose pid ``pid_file`` holds; False when there is no such process (not
     started yet: it reads its configuration when it starts)."""
     try:
-        pid = int(pid_file.read_text().strip())
+        text = pid_file.read_text().strip()
     except FileNotFoundError:
         return False
-    except ValueError:
-        log.warning("%s holds no pid; no process to signal", pid_file)
+    if not text:  # nginx -t creates the file empty before nginx itself ever ran
         return False
+    if not text.isdigit():
+        log.warning("%s holds no pid (%r); no process to signal", pid_file, text[:40])
+        return False
+    pid = int(text)
     try:
         os.kill(pid, signum)
     except ProcessLookupError:

@@ -70,6 +70,8 @@ class NginxProgrammer:
         if read_text(self.config) == text:
             return
         self.config.parent.mkdir(parents=True, exist_ok=True)
+        # nginx -t opens the pid file too: its directory (under /run, empty after a reboot) must exist first.
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         self.candidate.write_text(text)
         os.chmod(self.candidate, 0o644)
         result = subprocess.run([self.binary, "-t", "-q", "-c", str(self.candidate)], capture_output=True, text=True,

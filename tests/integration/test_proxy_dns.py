@@ -223,7 +223,8 @@ def node(tmp_path_factory: pytest.TempPathFactory, apiserver_factory: Callable[.
          rabbitmq: RabbitMQProcess) -> Iterator[Node]:
     apiserver = apiserver_factory(extra_args=["--service-cluster-ip-range", SERVICE_RANGE])
     workdir = tmp_path_factory.mktemp("proxy-dns")
-    files = {name: workdir / name for name in ("nginx.conf", "nginx.pid", "hosts", "dnsmasq.pid", "nginx.d")}
+    files = {name: workdir / name for name in ("nginx.conf", "hosts", "dnsmasq.pid", "nginx.d")}
+    files["nginx.pid"] = workdir / "run" / "nginx.pid"  # a directory the proxy has to make, as /run after a boot
     files["nginx.d"].mkdir()
     api = apiserver.client()
     namespace = f"test-{uuid.uuid4().hex[:12]}"
@@ -277,6 +278,15 @@ def test_services_resolve_to_their_cluster_ip_and_unknown_cluster_names_do_not(n
     assert node.resolve(f"cart.{node.namespace}") == (NOERROR, cart)
     assert node.resolve(f"pay.{node.namespace}.svc.cluster.local") == (NOERROR, [node.cluster_ips["pay"]])
     assert node.resolve(f"nothing.{node.namespace}.svc.cluster.local")[0] == NXDOMAIN
+
+
+def test_a_new_service_resolves_without_touching_nginx(node: Node):
+    handed_over = node.reloads("reloaded") + node.reloads("written")
+    created = node.api.create(SERVICES, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "extra"},
+                                         "spec": {"ports": [{"port": 80}]}}, node.namespace)
+    node.eventually(lambda: node.resolve(f"extra.{node.namespace}.svc.cluster.local"),
+                    (NOERROR, [created["spec"]["clusterIP"]]))
+    assert node.reloads("reloaded") + node.reloads("written") == handed_over  # nginx's configuration is the same
 
 
 def test_a_dns_object_routes_its_host_by_path_follows_edits_and_goes_away_when_deleted(node: Node):

@@ -27,6 +27,7 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "dns.yaml"
 HOST = "shop.example.com"
 # The proxy's snippets folder: nginx's configuration includes every *.conf there (roles/nginx).
 NGINX_SNIPPETS_DIR = Path("/etc/minik8s/nginx.d")
+PROXY_METRICS_URL = "http://127.0.0.1:10249/metrics"
 
 
 def fetch(url: str, host: str | None = None) -> tuple[int, str] | None:
@@ -36,6 +37,13 @@ def fetch(url: str, host: str | None = None) -> tuple[int, str] | None:
     except httpx.HTTPError:
         return None
     return answer.status_code, answer.text.strip()
+
+
+def rejected_configurations() -> float:
+    """How many configurations the node's proxy rendered that failed ``nginx -t`` (its /metrics)."""
+    exposition = httpx.get(PROXY_METRICS_URL, timeout=3).text
+    return sum(float(line.split()[-1]) for line in exposition.splitlines()
+               if line.startswith('minik8s_proxy_nginx_reloads_total{') and 'result="rejected"' in line)
 
 
 def addresses(name: str) -> set[str]:
@@ -145,12 +153,13 @@ def test_a_configuration_nginx_refuses_never_replaces_the_one_it_serves(cluster,
     host = f"later-{namespace}.example.com"
     wait_for(lambda: (fetch(f"http://{HOST}/cart") or (0, ""))[1].startswith("cart "), 10, what="the cart route")
     broken = NGINX_SNIPPETS_DIR / f"zz-{namespace}.conf"
+    rejected = rejected_configurations()
     broken.write_text("this_is_not_an_nginx_directive on;\n")
     try:
         cluster.create(DNS, dns_object("later", host, [("/", "pay")]), namespace)
         # dnsmasq learns the name in the same sync whose nginx configuration fails its test.
         wait_for(lambda: addresses(host) == {node}, 10, what=f"{host} to resolve")
-        time.sleep(2)
+        wait_for(lambda: rejected_configurations() > rejected, 10, what="the proxy to reject the configuration")
         assert fetch(f"http://{host}/")[0] == 404, "the refused configuration reached nginx"
         assert fetch(f"http://{HOST}/cart")[1].startswith("cart "), "the served routes stopped working"
     finally:

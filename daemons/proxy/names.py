@@ -163,7 +163,7 @@ def name_records(services: Iterable[Obj], endpoints: Iterable[Obj], domain: str)
 
 
 def hosts_file(records: Iterable[NameRecord]) -> str:
-    """``/etc/hosts`` format for dnsmasq's ``addn-hosts``: one line per address with all its names."""
+    """``/etc/hosts`` format for the file dnsmasq reads (hostsdir): one line per address with all its names."""
     names: dict[str, list[str]] = {}
     for record in records:
         names.setdefault(record.ip, [])

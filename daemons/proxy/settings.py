@@ -47,10 +47,9 @@ class ProxySettings(DaemonSettings):
                                     "configuration includes at http level (an operator's settings)")
     nginx_binary: str = Field("nginx", min_length=1, description="nginx executable, which tests each configuration "
                               "(nginx -t) before it replaces the running one")
-    dns_hosts_file: str = Field("/var/lib/minik8s/proxy/hosts", description="hosts file of the cluster's names "
-                                "that dnsmasq reads (addn-hosts); empty: dnsmasq is not programmed")
-    dnsmasq_pid_file: str = Field("/run/minik8s/dnsmasq.pid", description="dnsmasq's pid file: dnsmasq is sent "
-                                  "SIGHUP after each new hosts file")
+    dns_hosts_file: str = Field("/var/lib/minik8s/proxy/dns/hosts", description="hosts file of the cluster's "
+                                "names, alone in a folder that dnsmasq watches (hostsdir); empty: dnsmasq is not "
+                                "programmed")
 
     @field_validator("cluster_cidr")
     @classmethod

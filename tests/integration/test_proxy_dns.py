@@ -74,16 +74,15 @@ class DnsmasqProcess(ServiceProcess):
 
     name = "dnsmasq"
 
-    def __init__(self, workdir: Path, hosts: Path, pid_file: Path, port: int) -> None:
+    def __init__(self, workdir: Path, hosts: Path, port: int) -> None:
         super().__init__(workdir)
         self.hosts = hosts
-        self.pid_file = pid_file
         self.port = port
 
     def command(self) -> list[str]:
         return [DNSMASQ, "--keep-in-foreground", "--log-facility=-", "--conf-file=/dev/null", f"--port={self.port}",
                 f"--listen-address={NODE_IP}", "--bind-interfaces", "--user=root", "--no-resolv", "--no-hosts",
-                "--no-negcache", f"--addn-hosts={self.hosts}", f"--pid-file={self.pid_file}",
+                "--no-negcache", f"--hostsdir={self.hosts.parent}", f"--pid-file={self.workdir / 'dnsmasq.pid'}",
                 "--local=/cluster.local/",
                 # Stands in for the upstream resolvers a node forwards to, which know no example.com names.
                 "--local=/example.com/"]
@@ -223,7 +222,8 @@ def node(tmp_path_factory: pytest.TempPathFactory, apiserver_factory: Callable[.
          rabbitmq: RabbitMQProcess) -> Iterator[Node]:
     apiserver = apiserver_factory(extra_args=["--service-cluster-ip-range", SERVICE_RANGE])
     workdir = tmp_path_factory.mktemp("proxy-dns")
-    files = {name: workdir / name for name in ("nginx.conf", "hosts", "dnsmasq.pid", "nginx.d")}
+    files = {name: workdir / name for name in ("nginx.conf", "nginx.d")}
+    files["hosts"] = workdir / "dns" / "hosts"  # alone in the folder dnsmasq watches
     files["nginx.pid"] = workdir / "run" / "nginx.pid"  # a directory the proxy has to make, as /run after a boot
     files["nginx.d"].mkdir()
     api = apiserver.client()
@@ -246,9 +246,9 @@ def node(tmp_path_factory: pytest.TempPathFactory, apiserver_factory: Callable[.
             "--nginx-config", str(files["nginx.conf"]), "--nginx-pid-file", str(files["nginx.pid"]),
             "--nginx-port", str(nginx_port), "--nginx-listen-address", NODE_IP,
             "--nginx-snippets-dir", str(files["nginx.d"]), "--nginx-binary", NGINX,
-            "--dns-hosts-file", str(files["hosts"]), "--dnsmasq-pid-file", str(files["dnsmasq.pid"]))
+            "--dns-hosts-file", str(files["hosts"]))
         nginx = NginxProcess(workdir / "nginx", files["nginx.conf"], nginx_port)
-        dnsmasq = DnsmasqProcess(workdir / "dnsmasq", files["hosts"], files["dnsmasq.pid"], dns_port)
+        dnsmasq = DnsmasqProcess(workdir / "dnsmasq", files["hosts"], dns_port)
         with serving(proxy, rabbitmq):
             # Like the node's roles: nginx and dnsmasq start once the proxy has written their files.
             eventually(lambda: files["nginx.conf"].exists() and files["hosts"].exists(), True, proxy.logs)

@@ -39,6 +39,7 @@ NODE_IP = "127.0.0.1"
 NGINX = "/usr/sbin/nginx"
 DNSMASQ = "/usr/sbin/dnsmasq"
 NOERROR, NXDOMAIN = 0, 3
+AAAA = 28  # the query type of an IPv6 address
 
 
 # --- the processes ------------------------------------------------------------------------------------
@@ -74,15 +75,18 @@ class DnsmasqProcess(ServiceProcess):
 
     name = "dnsmasq"
 
-    def __init__(self, workdir: Path, hosts: Path, port: int) -> None:
+    def __init__(self, workdir: Path, hosts: Path, servers: Path, pid_file: Path, port: int) -> None:
         super().__init__(workdir)
         self.hosts = hosts
+        self.servers = servers
+        self.pid_file = pid_file
         self.port = port
 
     def command(self) -> list[str]:
         return [DNSMASQ, "--keep-in-foreground", "--log-facility=-", "--conf-file=/dev/null", f"--port={self.port}",
                 f"--listen-address={NODE_IP}", "--bind-interfaces", "--user=root", "--no-resolv", "--no-hosts",
-                "--no-negcache", f"--hostsdir={self.hosts.parent}", f"--pid-file={self.workdir / 'dnsmasq.pid'}",
+                "--no-negcache", f"--hostsdir={self.hosts.parent}", f"--servers-file={self.servers}",
+                f"--pid-file={self.pid_file}",
                 "--local=/cluster.local/",
                 # Stands in for the upstream resolvers a node forwards to, which know no example.com names.
                 "--local=/example.com/"]
@@ -94,11 +98,11 @@ class DnsmasqProcess(ServiceProcess):
 # --- asking like a user -------------------------------------------------------------------------------
 
 
-def resolve(name: str, port: int) -> tuple[int, list[str]]:
-    """An A query for ``name`` to dnsmasq: the response code and the addresses answered."""
+def resolve(name: str, port: int, qtype: int = 1) -> tuple[int, list[str]]:
+    """A query (A unless ``qtype``) for ``name`` to dnsmasq: the response code and the IPv4 addresses answered."""
     ident = random.randrange(1 << 16)
     question = b"".join(bytes([len(label)]) + label.encode() for label in name.split(".")) + b"\0"
-    query = struct.pack("!HHHHHH", ident, 0x0100, 1, 0, 0, 0) + question + struct.pack("!HH", 1, 1)
+    query = struct.pack("!HHHHHH", ident, 0x0100, 1, 0, 0, 0) + question + struct.pack("!HH", qtype, 1)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
         client.settimeout(2)
         client.sendto(query, (NODE_IP, port))
@@ -197,8 +201,8 @@ class Node:
     def get(self, host: str, path: str) -> tuple[int, str]:
         return get(self.nginx.port, host, path)
 
-    def resolve(self, name: str) -> tuple[int, list[str]]:
-        return resolve(name, self.dnsmasq.port)
+    def resolve(self, name: str, qtype: int = 1) -> tuple[int, list[str]]:
+        return resolve(name, self.dnsmasq.port, qtype)
 
     def eventually(self, read: Callable[[], object], wanted: object) -> None:
         eventually(read, wanted, self.logs)
@@ -224,6 +228,7 @@ def node(tmp_path_factory: pytest.TempPathFactory, apiserver_factory: Callable[.
     workdir = tmp_path_factory.mktemp("proxy-dns")
     files = {name: workdir / name for name in ("nginx.conf", "nginx.d")}
     files["hosts"] = workdir / "dns" / "hosts"  # alone in the folder dnsmasq watches
+    files["servers"], files["dnsmasq.pid"] = workdir / "servers.conf", workdir / "dnsmasq.pid"
     files["nginx.pid"] = workdir / "run" / "nginx.pid"  # a directory the proxy has to make, as /run after a boot
     files["nginx.d"].mkdir()
     api = apiserver.client()
@@ -246,12 +251,14 @@ def node(tmp_path_factory: pytest.TempPathFactory, apiserver_factory: Callable[.
             "--nginx-config", str(files["nginx.conf"]), "--nginx-pid-file", str(files["nginx.pid"]),
             "--nginx-port", str(nginx_port), "--nginx-listen-address", NODE_IP,
             "--nginx-snippets-dir", str(files["nginx.d"]), "--nginx-binary", NGINX,
-            "--dns-hosts-file", str(files["hosts"]))
+            "--dns-hosts-file", str(files["hosts"]), "--dns-servers-file", str(files["servers"]),
+            "--dnsmasq-pid-file", str(files["dnsmasq.pid"]))
         nginx = NginxProcess(workdir / "nginx", files["nginx.conf"], nginx_port)
-        dnsmasq = DnsmasqProcess(workdir / "dnsmasq", files["hosts"], dns_port)
+        dnsmasq = DnsmasqProcess(workdir / "dnsmasq", files["hosts"], files["servers"], files["dnsmasq.pid"], dns_port)
         with serving(proxy, rabbitmq):
             # Like the node's roles: nginx and dnsmasq start once the proxy has written their files.
-            eventually(lambda: files["nginx.conf"].exists() and files["hosts"].exists(), True, proxy.logs)
+            eventually(lambda: all(files[name].exists() for name in ("nginx.conf", "hosts", "servers")), True,
+                       proxy.logs)
             nginx.start()
             try:
                 dnsmasq.start()
@@ -278,6 +285,9 @@ def test_services_resolve_to_their_cluster_ip_and_unknown_cluster_names_do_not(n
     assert node.resolve(f"cart.{node.namespace}") == (NOERROR, cart)
     assert node.resolve(f"pay.{node.namespace}.svc.cluster.local") == (NOERROR, [node.cluster_ips["pay"]])
     assert node.resolve(f"nothing.{node.namespace}.svc.cluster.local")[0] == NXDOMAIN
+    # The AAAA half of a dual-stack lookup is answered here too (no such address), not sent upstream: this
+    # dnsmasq has no upstream, so a forwarded query would come back REFUSED.
+    node.eventually(lambda: node.resolve(f"cart.{node.namespace}", AAAA), (NOERROR, []))
 
 
 def test_a_new_service_resolves_without_touching_nginx(node: Node):
@@ -292,7 +302,8 @@ def test_a_new_service_resolves_without_touching_nginx(node: Node):
 def test_a_dns_object_routes_its_host_by_path_follows_edits_and_goes_away_when_deleted(node: Node):
     node.api.create(DNS, node.dns("shop", "shop.example.com", ("/cart", "cart"), ("/pay/", "pay")))
     node.eventually(lambda: node.get("shop.example.com", "/cart"), (200, "cart /cart"))
-    assert node.resolve("shop.example.com") == (NOERROR, [NODE_IP])
+    # dnsmasq's files are written after nginx's, in the same sync.
+    node.eventually(lambda: node.resolve("shop.example.com"), (NOERROR, [NODE_IP]))
     assert node.get("shop.example.com", "/cart/items?id=3") == (200, "cart /cart/items?id=3")
     assert node.get("shop.example.com", "/pay") == (200, "pay /pay")
     assert node.get("shop.example.com", "/pay/now") == (200, "pay /pay/now")

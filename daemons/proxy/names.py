@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from daemons.api.models import HEADLESS, path_prefix
-from daemons.proxy.services import Obj, ServicePort, service_ports
+from daemons.proxy.services import Obj, ServicePort, ipv4, object_key, service_ports
 
 
 @dataclass(frozen=True)
@@ -83,22 +83,10 @@ class ClusterView:
     dropped: tuple[DroppedPath, ...] = ()
 
 
-def _meta(obj: Obj) -> tuple[str, str]:
-    metadata = obj.get("metadata") or {}
-    return metadata.get("namespace") or "default", metadata.get("name") or ""
-
-
-def _ipv4(value: object) -> str | None:
-    try:
-        return str(ipaddress.IPv4Address(value)) if isinstance(value, str) else None
-    except ValueError:
-        return None
-
-
 def _target(service: Obj | None, port: int) -> str | None:
     """``ClusterIP:port`` of the Service's TCP port numbered ``port``; None if there is no such address or port."""
     spec = (service or {}).get("spec") or {}
-    cluster_ip = _ipv4(spec.get("clusterIP"))
+    cluster_ip = ipv4(spec.get("clusterIP"))
     if cluster_ip is None:
         return None
     for entry in spec.get("ports") or []:
@@ -110,15 +98,15 @@ def _target(service: Obj | None, port: int) -> str | None:
 def virtual_hosts(dns_objects: Iterable[Obj], services: Iterable[Obj]) -> tuple[tuple[VirtualHost, ...],
                                                                                   tuple[DroppedPath, ...]]:
     """Every host the DNS objects name with its merged routes (hosts by name), and the paths that lost a conflict."""
-    by_key = {_meta(service): service for service in services}
+    by_key = {object_key(service): service for service in services}
 
     def age(obj: Obj) -> tuple[str, str, str]:
-        return ((obj.get("metadata") or {}).get("creationTimestamp") or "", *_meta(obj))
+        return ((obj.get("metadata") or {}).get("creationTimestamp") or "", *object_key(obj))
 
     claimed: dict[str, dict[str, Route]] = {}
     dropped: list[DroppedPath] = []
     for obj in sorted(dns_objects, key=age):
-        namespace, name = _meta(obj)
+        namespace, name = object_key(obj)
         spec = obj.get("spec") or {}
         host = str(spec.get("host") or "").lower()
         if not host:
@@ -145,17 +133,17 @@ def virtual_hosts(dns_objects: Iterable[Obj], services: Iterable[Obj]) -> tuple[
 def name_records(services: Iterable[Obj], endpoints: Iterable[Obj], domain: str) -> tuple[NameRecord, ...]:
     """``<svc>.<ns>.svc.<domain>`` and ``<svc>.<ns>`` of every Service: its ClusterIP, or for a headless
     Service every ready endpoint address. Services without an address have no names (NXDOMAIN)."""
-    by_key = {_meta(obj): obj for obj in endpoints}
+    by_key = {object_key(obj): obj for obj in endpoints}
     records: list[NameRecord] = []
-    for service in sorted(services, key=_meta):
-        namespace, name = _meta(service)
+    for service in sorted(services, key=object_key):
+        namespace, name = object_key(service)
         cluster_ip = ((service.get("spec") or {}).get("clusterIP"))
         if cluster_ip == HEADLESS:
             subsets = (by_key.get((namespace, name)) or {}).get("subsets") or []
-            found = {_ipv4(address.get("ip")) for subset in subsets for address in subset.get("addresses") or []}
+            found = {ipv4(address.get("ip")) for subset in subsets for address in subset.get("addresses") or []}
             addresses = sorted((ip for ip in found if ip), key=ipaddress.IPv4Address)
         else:
-            addresses = [ip] if (ip := _ipv4(cluster_ip)) else []
+            addresses = [ip] if (ip := ipv4(cluster_ip)) else []
         for address in addresses:
             records += [NameRecord(f"{name}.{namespace}.svc.{domain}", address),
                         NameRecord(f"{name}.{namespace}", address)]

@@ -48,7 +48,7 @@ class ServicePort:
         return f"{self.namespace}/{self.name}" + (f":{self.port_name}" if self.port_name else "")
 
 
-def _ipv4(value: object) -> str | None:
+def ipv4(value: object) -> str | None:
     """``value`` if it is a dotted-quad IPv4 address (IPv6 is not proxied)."""
     if not isinstance(value, str):
         return None
@@ -69,7 +69,7 @@ def _ready_endpoints(endpoints: Obj | None, port_name: str, protocol: str) -> tu
         numbers = [port.get("port") for port in subset.get("ports") or []
                    if (port.get("name") or "") == port_name and (port.get("protocol") or "TCP") == protocol]
         for address in subset.get("addresses") or []:
-            ip = _ipv4(address.get("ip"))
+            ip = ipv4(address.get("ip"))
             for number in numbers:
                 if ip and isinstance(number, int) and 0 < number < 65536:
                     found.add(Endpoint(ip, number))
@@ -82,14 +82,14 @@ def service_ports(services: Iterable[Obj], endpoints: Iterable[Obj]) -> list[Ser
     ExternalName and headless (``clusterIP: None``) services are not proxied. A NodePort or
     LoadBalancer service's ports carry their ``nodePort``.
     """
-    by_key = {_key(obj): obj for obj in endpoints}
+    by_key = {object_key(obj): obj for obj in endpoints}
     ports: list[ServicePort] = []
-    for service in sorted(services, key=_key):
+    for service in sorted(services, key=object_key):
         metadata, spec = service.get("metadata") or {}, service.get("spec") or {}
         kind = spec.get("type") or "ClusterIP"
         if kind == "ExternalName" or spec.get("clusterIP") == HEADLESS:
             continue
-        cluster_ip = _ipv4(spec.get("clusterIP"))
+        cluster_ip = ipv4(spec.get("clusterIP"))
         for port in spec.get("ports") or []:
             protocol = port.get("protocol") or "TCP"
             number = port.get("port")
@@ -101,11 +101,12 @@ def service_ports(services: Iterable[Obj], endpoints: Iterable[Obj]) -> list[Ser
                 namespace=metadata.get("namespace") or "default", name=metadata.get("name") or "",
                 port_name=port_name, protocol=protocol.lower(), cluster_ip=cluster_ip, port=number,
                 node_port=node_port if isinstance(node_port, int) and node_port > 0 else None,
-                endpoints=_ready_endpoints(by_key.get(_key(service)), port_name, protocol),
+                endpoints=_ready_endpoints(by_key.get(object_key(service)), port_name, protocol),
             ))
     return ports
 
 
-def _key(obj: Obj) -> tuple[str, str]:
+def object_key(obj: Obj) -> tuple[str, str]:
+    """``(namespace, name)`` of an object, ``default`` when the namespace is missing."""
     metadata = obj.get("metadata") or {}
     return metadata.get("namespace") or "default", metadata.get("name") or ""

@@ -29,8 +29,7 @@ def programmers(settings: ProxySettings) -> list[Programmer]:
         found.append(NginxProgrammer(Path(settings.nginx_config), Path(settings.nginx_pid_file),
                                      Path(settings.nginx_snippets_dir), settings.nginx_listen, settings.nginx_binary))
     if settings.dns_hosts_file:
-        found.append(DnsmasqProgrammer(Path(settings.dns_hosts_file), Path(settings.dns_servers_file),
-                                       Path(settings.dnsmasq_pid_file), settings.cluster_domain))
+        found.append(DnsmasqProgrammer(Path(settings.dns_hosts_file)))
     return found
 
 

@@ -161,19 +161,6 @@ def hosts_file(records: Iterable[NameRecord]) -> str:
     return "# Written by minik8s-proxy: the cluster's Services and DNS hosts.\n" + "".join(lines)
 
 
-def servers_file(records: Iterable[NameRecord], domain: str) -> str:
-    """dnsmasq ``server=/<name>/`` lines that keep every name outside ``domain`` local.
-
-    dnsmasq answers A queries for these names from the hosts file but would forward the other types (AAAA,
-    which every dual-stack lookup asks too) upstream, where the name means nothing and a slow or dropped
-    answer stalls the lookup for the resolver's timeout. Names under ``domain`` are local already
-    (``local=/<domain>/`` in dnsmasq's configuration).
-    """
-    names = sorted({record.name for record in records if not record.name.endswith(f".{domain}")})
-    return "# Written by minik8s-proxy: names answered on this node only.\n" + "".join(
-        f"server=/{name}/\n" for name in names)
-
-
 def cluster_view(services: Iterable[Obj], endpoints: Iterable[Obj], dns_objects: Iterable[Obj], *,
                  domain: str, node_ip: str) -> ClusterView:
     """The view every programmer syncs from; DNS hosts resolve to ``node_ip``, where nginx answers them."""

@@ -50,11 +50,6 @@ class ProxySettings(DaemonSettings):
     dns_hosts_file: str = Field("/var/lib/minik8s/proxy/dns/hosts", description="hosts file of the cluster's "
                                 "names, alone in a folder that dnsmasq watches (hostsdir); empty: dnsmasq is not "
                                 "programmed")
-    dns_servers_file: str = Field("/var/lib/minik8s/proxy/dnsmasq-servers.conf", description="dnsmasq "
-                                  "servers-file keeping the names outside the cluster domain (DNS hosts, "
-                                  "<svc>.<ns>) local to the node")
-    dnsmasq_pid_file: str = Field("/run/minik8s/dnsmasq.pid", description="dnsmasq's pid file: dnsmasq is sent "
-                                  "SIGHUP when the servers file changes (names added or removed)")
 
     @field_validator("cluster_cidr")
     @classmethod

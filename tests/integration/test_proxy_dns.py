@@ -75,18 +75,16 @@ class DnsmasqProcess(ServiceProcess):
 
     name = "dnsmasq"
 
-    def __init__(self, workdir: Path, hosts: Path, servers: Path, pid_file: Path, port: int) -> None:
+    def __init__(self, workdir: Path, hosts: Path, port: int) -> None:
         super().__init__(workdir)
         self.hosts = hosts
-        self.servers = servers
-        self.pid_file = pid_file
         self.port = port
 
     def command(self) -> list[str]:
         return [DNSMASQ, "--keep-in-foreground", "--log-facility=-", "--conf-file=/dev/null", f"--port={self.port}",
                 f"--listen-address={NODE_IP}", "--bind-interfaces", "--user=root", "--no-resolv", "--no-hosts",
-                "--no-negcache", f"--hostsdir={self.hosts.parent}", f"--servers-file={self.servers}",
-                f"--pid-file={self.pid_file}",
+                "--no-negcache", "--filter-AAAA", f"--hostsdir={self.hosts.parent}",
+                f"--pid-file={self.workdir / 'dnsmasq.pid'}",
                 "--local=/cluster.local/",
                 # Stands in for the upstream resolvers a node forwards to, which know no example.com names.
                 "--local=/example.com/"]
@@ -228,7 +226,6 @@ def node(tmp_path_factory: pytest.TempPathFactory, apiserver_factory: Callable[.
     workdir = tmp_path_factory.mktemp("proxy-dns")
     files = {name: workdir / name for name in ("nginx.conf", "nginx.d")}
     files["hosts"] = workdir / "dns" / "hosts"  # alone in the folder dnsmasq watches
-    files["servers"], files["dnsmasq.pid"] = workdir / "servers.conf", workdir / "dnsmasq.pid"
     files["nginx.pid"] = workdir / "run" / "nginx.pid"  # a directory the proxy has to make, as /run after a boot
     files["nginx.d"].mkdir()
     api = apiserver.client()
@@ -251,14 +248,12 @@ def node(tmp_path_factory: pytest.TempPathFactory, apiserver_factory: Callable[.
             "--nginx-config", str(files["nginx.conf"]), "--nginx-pid-file", str(files["nginx.pid"]),
             "--nginx-port", str(nginx_port), "--nginx-listen-address", NODE_IP,
             "--nginx-snippets-dir", str(files["nginx.d"]), "--nginx-binary", NGINX,
-            "--dns-hosts-file", str(files["hosts"]), "--dns-servers-file", str(files["servers"]),
-            "--dnsmasq-pid-file", str(files["dnsmasq.pid"]))
+            "--dns-hosts-file", str(files["hosts"]))
         nginx = NginxProcess(workdir / "nginx", files["nginx.conf"], nginx_port)
-        dnsmasq = DnsmasqProcess(workdir / "dnsmasq", files["hosts"], files["servers"], files["dnsmasq.pid"], dns_port)
+        dnsmasq = DnsmasqProcess(workdir / "dnsmasq", files["hosts"], dns_port)
         with serving(proxy, rabbitmq):
             # Like the node's roles: nginx and dnsmasq start once the proxy has written their files.
-            eventually(lambda: all(files[name].exists() for name in ("nginx.conf", "hosts", "servers")), True,
-                       proxy.logs)
+            eventually(lambda: files["nginx.conf"].exists() and files["hosts"].exists(), True, proxy.logs)
             nginx.start()
             try:
                 dnsmasq.start()
@@ -285,9 +280,9 @@ def test_services_resolve_to_their_cluster_ip_and_unknown_cluster_names_do_not(n
     assert node.resolve(f"cart.{node.namespace}") == (NOERROR, cart)
     assert node.resolve(f"pay.{node.namespace}.svc.cluster.local") == (NOERROR, [node.cluster_ips["pay"]])
     assert node.resolve(f"nothing.{node.namespace}.svc.cluster.local")[0] == NXDOMAIN
-    # The AAAA half of a dual-stack lookup is answered here too (no such address), not sent upstream: this
-    # dnsmasq has no upstream, so a forwarded query would come back REFUSED.
-    node.eventually(lambda: node.resolve(f"cart.{node.namespace}", AAAA), (NOERROR, []))
+    # The AAAA half of a dual-stack lookup is answered here (no such address), as roles/dnsmasq configures it
+    # (filter-AAAA), not sent upstream: this dnsmasq has none, so a forwarded query would come back REFUSED.
+    assert node.resolve(f"cart.{node.namespace}", AAAA) == (NOERROR, [])
 
 
 def test_a_new_service_resolves_without_touching_nginx(node: Node):
@@ -302,7 +297,7 @@ def test_a_new_service_resolves_without_touching_nginx(node: Node):
 def test_a_dns_object_routes_its_host_by_path_follows_edits_and_goes_away_when_deleted(node: Node):
     node.api.create(DNS, node.dns("shop", "shop.example.com", ("/cart", "cart"), ("/pay/", "pay")))
     node.eventually(lambda: node.get("shop.example.com", "/cart"), (200, "cart /cart"))
-    # dnsmasq's files are written after nginx's, in the same sync.
+    # dnsmasq's file is written after nginx's, in the same sync.
     node.eventually(lambda: node.resolve("shop.example.com"), (NOERROR, [NODE_IP]))
     assert node.get("shop.example.com", "/cart/items?id=3") == (200, "cart /cart/items?id=3")
     assert node.get("shop.example.com", "/pay") == (200, "pay /pay")

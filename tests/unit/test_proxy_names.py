@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemons.proxy.names import (
-    DroppedPath,
-    NameRecord,
-    cluster_view,
-    hosts_file,
-    name_records,
-    servers_file,
-    virtual_hosts,
-)
+from daemons.proxy.names import DroppedPath, NameRecord, cluster_view, hosts_file, name_records, virtual_hosts
 from daemons.proxy.nginx import render_nginx
 from daemons.proxy.proxier import describe_host_changes
 
@@ -118,14 +110,6 @@ def test_hosts_file_lists_each_address_once_with_its_names():
     lines = [line for line in text.splitlines() if not line.startswith("#")]
     assert lines == ["10.96.0.5 cart.shop.svc.cluster.local cart.shop", "192.0.2.10 shop.example.com a.example.com"]
     assert text.endswith("\n")
-
-
-def test_servers_file_keeps_every_name_outside_the_cluster_domain_local_once():
-    text = servers_file([NameRecord("cart.shop.svc.cluster.local", "10.96.0.5"), NameRecord("cart.shop", "10.96.0.5"),
-                         NameRecord("web.shop", "10.244.1.2"), NameRecord("web.shop", "10.244.2.2"),
-                         NameRecord("shop.example.com", "192.0.2.10")], "cluster.local")
-    lines = [line for line in text.splitlines() if not line.startswith("#")]
-    assert lines == ["server=/cart.shop/", "server=/shop.example.com/", "server=/web.shop/"]
 
 
 def test_nginx_configuration_has_a_404_default_server_and_prefix_locations_per_route():

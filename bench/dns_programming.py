@@ -6,7 +6,8 @@ the time from the create call's start to the first request through it that the w
 host's name looked up through this machine's resolver (one of the cluster's nodes, so its dnsmasq), then a
 request to that address for the path, so the figure covers both halves of what the proxy programs,
 dnsmasq's answer for the name and nginx's route for the path. Tries are back to back (each request bounded
-to 0.5 s). Target: p99 <= 2 s.
+to 0.5 s). At the same time, a second client asks the node's nginx for the host directly (no lookup), which
+times the route alone. Target: p99 <= 2 s.
 
 The lookups ask for IPv4 addresses only. Until dnsmasq knows a new name it forwards the lookup upstream like
 any other name, and a dual-stack lookup also asks for IPv6 there: where the upstream resolver drops such
@@ -29,10 +30,12 @@ import argparse
 import contextlib
 import socket
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -55,24 +58,43 @@ BODY = "bench dns answer"
 WEB_COMMAND = f"mkdir -p /www && echo '{BODY}' > /www/shop && exec httpd -f -p 8080 -h /www"
 
 
-def answered(host: str) -> bool:
-    """Whether ``http://<host>/shop`` answers with the web server's page: the name resolves (an IPv4 lookup
-    through this machine's resolver, the node's dnsmasq) and nginx there has the route."""
+def node_address(host: str) -> str:
+    """The address this machine's resolver (the node's dnsmasq) gives ``host``, by an IPv4 lookup."""
+    return socket.getaddrinfo(host, 80, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+
+
+def answered(host: str, address: str | None = None) -> bool:
+    """Whether nginx at ``address`` (else at the address ``host`` resolves to) answers ``http://<host>/shop``
+    with the web server's page."""
     try:
-        address = socket.getaddrinfo(host, 80, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
-        request = urllib.request.Request(f"http://{address}{PATH}", headers={"Host": host})
+        request = urllib.request.Request(f"http://{address or node_address(host)}{PATH}", headers={"Host": host})
         with urllib.request.urlopen(request, timeout=0.5) as response:
             return response.read().decode().strip() == BODY
     except (OSError, urllib.error.URLError):
         return False
 
 
-def wait_until_answered(host: str, started: float, timeout: float = 30.0) -> float:
-    """Seconds from ``started`` to the first answer through ``host``."""
-    while not answered(host):
+def wait_until_answered(host: str, started: float, address: str | None = None, timeout: float = 30.0) -> float:
+    """Seconds from ``started`` to the first answer through ``host`` (at ``address``, or by its name)."""
+    while not answered(host, address):
         if time.perf_counter() - started > timeout:
             raise SystemExit(f"{host} did not answer within {timeout:.0f} s: is the cluster's proxy running?")
     return time.perf_counter() - started
+
+
+def timed_in_parallel(*waits: Callable[[], float]) -> list[float]:
+    """Each wait's result, the waits running at the same time."""
+    results: list[float] = [0.0] * len(waits)
+
+    def run(index: int) -> None:
+        results[index] = waits[index]()
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(len(waits))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
 
 
 def dns_object(name: str, host: str) -> dict:
@@ -104,27 +126,37 @@ def main() -> None:
             warm_host = f"warm-{namespace}.example.com"
             client.create(DNS, dns_object("warm", warm_host), namespace)
             wait_until_answered(warm_host, time.perf_counter(), timeout=180)
+            node = node_address(warm_host)
 
-            programmed, known = [], []
+            routed, named, known = [], [], []
             for index in range(args.objects):
                 host = f"bench-{index}-{namespace}.example.com"
                 started = time.perf_counter()
                 client.create(DNS, dns_object(f"bench-{index}", host), namespace)
-                programmed.append(wait_until_answered(host, started))
+                route, name = timed_in_parallel(lambda host=host, started=started: wait_until_answered(
+                    host, started, node), lambda host=host, started=started: wait_until_answered(host, started))
+                routed.append(route)
+                named.append(name)
                 started = time.perf_counter()
                 known.append(wait_until_answered(warm_host, started))
         finally:
             with contextlib.suppress(NotFound):
                 client.delete(NAMESPACES, namespace)
 
-    print(f"DNS object created -> first answer by its name through nginx ({args.objects} objects)")
+    print(f"DNS object created -> first answer through nginx ({args.objects} objects)")
     print(header(44))
-    print(row("created -> answered", programmed, 44))
+    print(row("created -> answered at the node (route)", routed, 44))
+    print(row("created -> answered by its name", named, 44))
     print(row("an existing route (lookup + request)", known, 44))
-    p99 = percentile(programmed, 99)
-    verdict = "met" if p99 <= TARGET_P99_SECONDS else "NOT met"
-    print(f"target p99 <= {TARGET_P99_SECONDS:.0f} s: {verdict} ({p99:.3f} s)")
-
+    for label, samples in (("route", routed), ("by name", named)):
+        p99 = percentile(samples, 99)
+        verdict = "met" if p99 <= TARGET_P99_SECONDS else "NOT met"
+        print(f"target p99 <= {TARGET_P99_SECONDS:.0f} s, {label}: {verdict} ({p99:.3f} s)")
+    slow = sum(sample > TARGET_P99_SECONDS for sample in named)
+    if slow:
+        print(f"{slow} of {len(named)} lookups by name took over {TARGET_P99_SECONDS:.0f} s: a lookup made before "
+              "dnsmasq knew the name went upstream, and the upstream resolver left it unanswered until the "
+              "resolver's timeout")
 
 if __name__ == "__main__":
     main()

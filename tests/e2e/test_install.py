@@ -37,7 +37,8 @@ SERVICE_IP = "10.96.0.1"
 
 # Every long-running program of a single-node cluster, by its supervisord program / systemd unit name.
 PROGRAMS = ("etcd", "rabbitmq-server", "docker", "docker-registry", "minik8s-apiserver", "minik8s-scheduler",
-            "minik8s-controller-manager", "minik8s-flanneld", "minik8s-proxy", "minik8s-kubelet", "prometheus")
+            "minik8s-controller-manager", "minik8s-flanneld", "minik8s-proxy", "minik8s-kubelet", "prometheus", "nginx",
+            "dnsmasq")
 
 
 def under_systemd() -> bool:

@@ -62,11 +62,16 @@ class Session:
         return metadata["namespace"]
 
     @contextmanager
-    def each_object(self) -> Iterator[None]:
-        """Report a server error for one object and go on with the next, as kubectl does; the exit code shows it."""
+    def each_object(self, ignore_not_found: bool = False) -> Iterator[None]:
+        """Report a server error for one object and go on with the next, as kubectl does; the exit code shows it.
+
+        With ``ignore_not_found`` a missing object is no error: nothing is printed and the exit code stays 0.
+        """
         try:
             yield
         except APIError as error:
+            if ignore_not_found and error.code == 404:
+                return
             print(error_text(error), file=sys.stderr)
             self.failed = True
 

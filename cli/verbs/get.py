@@ -25,6 +25,8 @@ def get(
     no_headers: Annotated[bool, typer.Option("--no-headers", help="Leave out the column headers.")] = False,
     show_managed_fields: Annotated[bool, typer.Option("--show-managed-fields",
                                                       help="Keep metadata.managedFields in yaml/json.")] = False,
+    ignore_not_found: Annotated[bool, typer.Option("--ignore-not-found",
+                                                   help="A named object that does not exist is no error.")] = False,
 ) -> None:
     """Display one or many resources."""
     session: Session = ctx.obj
@@ -42,7 +44,7 @@ def get(
     query = {"label_selector": selector, "field_selector": field_selector,
              "all_namespaces": session.options.all_namespaces}
     if output in ("yaml", "json", "name"):
-        objects = [obj for row, names in groups for obj in _objects(session, row, names, query)]
+        objects = [obj for row, names in groups for obj in _objects(session, row, names, query, ignore_not_found)]
         if not show_managed_fields:
             for _, obj in objects:
                 obj.get("metadata", {}).pop("managedFields", None)
@@ -55,7 +57,7 @@ def get(
         return
     printed = False
     for row, names in groups:
-        table = _table(session, row, names, query)
+        table = _table(session, row, names, query, ignore_not_found)
         layout = TableLayout(table.get("columnDefinitions") or [], wide=output == "wide", labels=show_labels,
                              namespace=session.options.all_namespaces and row.namespaced,
                              kind=kind_label(row) if len(groups) > 1 else None)
@@ -82,25 +84,26 @@ def _print_lines(lines: list[str], session: Session, groups: list[tuple[Resource
 
 
 def _objects(session: Session, row: Resource, names: list[str],
-             query: dict[str, Any]) -> list[tuple[Resource, dict[str, Any]]]:
+             query: dict[str, Any], ignore_not_found: bool = False) -> list[tuple[Resource, dict[str, Any]]]:
     """The whole objects: each named one (a missing one is reported and skipped), or the filtered list."""
     if names:
         found = []
         for name in names:
-            with session.each_object():
+            with session.each_object(ignore_not_found):
                 found.append((row, session.client.get(row, name, session.namespace)))
         return found
     listed = session.client.list(row, session.namespace, **query)
     return [(row, {"apiVersion": row.api_version, "kind": row.kind, **item}) for item in listed.get("items") or []]
 
 
-def _table(session: Session, row: Resource, names: list[str], query: dict[str, Any]) -> dict[str, Any]:
+def _table(session: Session, row: Resource, names: list[str], query: dict[str, Any],
+           ignore_not_found: bool = False) -> dict[str, Any]:
     """The server's Table of the list, or of the named objects (a missing one is reported and skipped)."""
     if not names:
         return session.client.list(row, session.namespace, table=True, **query)
     combined: dict[str, Any] = {"rows": []}
     for name in names:
-        with session.each_object():
+        with session.each_object(ignore_not_found):
             table = session.client.list(row, session.namespace, field_selector=f"metadata.name={name}", table=True)
             if not table.get("rows"):
                 raise not_found(row.plural, name, row.group)

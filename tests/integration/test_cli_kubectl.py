@@ -135,6 +135,11 @@ def test_get_all_namespaces_missing_and_empty(kubectl, namespace):
     assert all_namespaces[0].split()[:2] == ["NAMESPACE", "NAME"]
     assert [namespace, "web"] in [line.split()[:2] for line in all_namespaces]
     assert failed(kubectl("get", "pod", "nope")) == 'Error from server (NotFound): pods "nope" not found\n'
+    for output in ((), ("-o", "name")):
+        missing = kubectl("get", "pod", "nope", "--ignore-not-found", *output)
+        assert (ok(missing), missing.stderr) == ("", ""), output
+    assert json.loads(ok(kubectl("get", "pod", "nope", "--ignore-not-found", "-o", "json")))["items"] == []
+    assert ok(kubectl("get", "pod", "web", "nope", "--ignore-not-found", "-o", "name")) == "pod/web\n"
     empty = kubectl("get", "deployments")
     assert (ok(empty), empty.stderr) == ("", f"No resources found in {namespace} namespace.\n")
     assert "Server Version: v" in ok(kubectl("version", namespaced=False))

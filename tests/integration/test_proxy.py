@@ -15,6 +15,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -185,6 +186,11 @@ class Node:
         run(*node, "route", "add", "10.96.0.0/12", "dev", "br0")  # ClusterIPs route somewhere, as on a node
         for index, (pod, ip) in enumerate(zip(self.pods, POD_IPS, strict=True)):
             run("ip", "netns", "add", pod)
+            # `ip netns exec` gives the pod this resolv.conf instead of the host's, whose nameservers it cannot
+            # reach: http.server looks its own address up as it starts, which would wait out every one of them.
+            resolv_conf = Path("/etc/netns") / pod / "resolv.conf"
+            resolv_conf.parent.mkdir(parents=True, exist_ok=True)
+            resolv_conf.write_text("nameserver 127.0.0.1\n")
             run(*node, "link", "add", f"vp{index}", "type", "veth", "peer", "name", "eth0", "netns", pod)
             run(*node, "link", "set", f"vp{index}", "master", "br0", "up")
             for step in (("addr", "add", f"{ip}/24", "dev", "eth0"), ("link", "set", "eth0", "up"),
@@ -213,6 +219,8 @@ class Node:
             server.wait(10)
         for namespace in (*self.pods, self.name):
             run("ip", "netns", "del", namespace, check=False)
+        for pod in self.pods:
+            shutil.rmtree(Path("/etc/netns") / pod, ignore_errors=True)
 
     def save(self, table: str) -> list[str]:
         """``iptables-save -t table`` without its time-stamped comments, and chain counters zeroed (the probes'

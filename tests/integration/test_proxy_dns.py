@@ -296,15 +296,15 @@ def test_a_new_service_resolves_without_touching_nginx(node: Node):
 
 def test_a_dns_object_routes_its_host_by_path_follows_edits_and_goes_away_when_deleted(node: Node):
     node.api.create(DNS, node.dns("shop", "shop.example.com", ("/cart", "cart"), ("/pay/", "pay")))
-    node.eventually(lambda: node.get("shop.example.com", "/cart"), (200, "cart /cart"))
+    # A request right after the reload may still meet an old nginx worker: the answers are read until all agree.
+    node.eventually(lambda: (node.get("shop.example.com", "/cart"), node.get("shop.example.com", "/cart/items?id=3"),
+                             node.get("shop.example.com", "/pay"), node.get("shop.example.com", "/pay/now"),
+                             node.get("shop.example.com", "/cartx")[0], node.get("shop.example.com", "/")[0],
+                             node.get("elsewhere.example.com", "/cart")[0]),
+                    ((200, "cart /cart"), (200, "cart /cart/items?id=3"), (200, "pay /pay"), (200, "pay /pay/now"),
+                     404, 404, 404))
     # dnsmasq's file is written after nginx's, in the same sync.
     node.eventually(lambda: node.resolve("shop.example.com"), (NOERROR, [NODE_IP]))
-    assert node.get("shop.example.com", "/cart/items?id=3") == (200, "cart /cart/items?id=3")
-    assert node.get("shop.example.com", "/pay") == (200, "pay /pay")
-    assert node.get("shop.example.com", "/pay/now") == (200, "pay /pay/now")
-    assert node.get("shop.example.com", "/cartx")[0] == 404
-    assert node.get("shop.example.com", "/")[0] == 404
-    assert node.get("elsewhere.example.com", "/cart")[0] == 404
 
     # Pointing /cart at the pay Service moves its requests there.
     node.api.replace(DNS, node.dns("shop", "shop.example.com", ("/cart", "pay"), ("/pay/", "pay")))
@@ -325,8 +325,9 @@ def test_a_configuration_nginx_rejects_never_reaches_it_and_the_next_good_one_do
         node.api.create(DNS, node.dns("new", "new.example.com", ("/", "pay")))
         node.eventually(lambda: node.reloads("rejected") > rejected, True)
         assert "new.example.com" not in (node.workdir / "nginx.conf").read_text()
-        assert node.get("new.example.com", "/x")[0] == 404
-        assert node.get("old.example.com", "/x") == (200, "cart /x")
+        # (read until they agree: the reload that added old.example.com may still have an old worker answering)
+        node.eventually(lambda: (node.get("new.example.com", "/x")[0], node.get("old.example.com", "/x")),
+                        (404, (200, "cart /x")))
     finally:
         snippet.unlink()
     node.eventually(lambda: node.get("new.example.com", "/x"), (200, "pay /x"))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: on a fresh Debian 12 machine (as root) it first stands up the cluster on this machine
 # (scripts/cluster-up.sh, for the e2e tests), installs what the other tests start (etcd, RabbitMQ, openssl) and
-# the project's virtual environment, then runs ruff and pytest, then the multi-node scenario in Docker
-# containers (`molecule test -s multinode`; its full output goes to .tools/molecule-multinode.log).
+# the project's virtual environment, then runs ruff, then pytest and, at the same time, the multi-node scenario in
+# Docker containers (`molecule test -s multinode`; its full output goes to .tools/molecule-multinode.log, its
+# progress is printed once pytest is done). The two share nothing but the machine's cores: the scenario's
+# nodes are containers with Docker, iptables and supervisord of their own.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m unit`. MINIK8S_CLUSTER_UP=0 skips the cluster,
 # MINIK8S_MOLECULE=0 the molecule scenario.
 set -euo pipefail
@@ -112,14 +114,23 @@ run_molecule() {
     return "$status"
 }
 
+# A run narrowed by pytest arguments (`-m unit`, one file) leaves the scenario out unless MINIK8S_MOLECULE=1.
+molecule_pid=""
+molecule_progress=.tools/molecule-progress.log
+if [[ ${MINIK8S_MOLECULE:-$(($# == 0))} != 0 ]]; then
+    mkdir -p .tools
+    run_molecule multinode >"$molecule_progress" 2>&1 &
+    molecule_pid=$!
+fi
 status=0
 .venv/bin/pytest -q --durations=20 "$@" || status=$?
+if [[ -n $molecule_pid ]]; then
+    echo "waiting for the molecule scenario (progress so far: $molecule_progress)"
+    wait "$molecule_pid" || status=1
+    cat "$molecule_progress"
+fi
 if ((status == 5)); then
     echo "error: pytest collected no tests" >&2
     exit 1
-fi
-# A run narrowed by pytest arguments (`-m unit`, one file) leaves the scenario out unless MINIK8S_MOLECULE=1.
-if [[ ${MINIK8S_MOLECULE:-$(($# == 0))} != 0 ]]; then
-    run_molecule multinode || status=1
 fi
 exit "$status"

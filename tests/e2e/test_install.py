@@ -1,12 +1,12 @@
 """The cluster that ``scripts/cluster-up.sh`` (``ansible-playbook site.yml``) stood up on this machine, checked as
 a user would: its programs run and come back when killed, both kubectls reach it, the node is Ready with the pod
 subnet flanneld leased it, Docker's bridge and the pods use that subnet, the ``kubernetes`` Service exists, the
-registry serves the base images through Docker's mirror, and running the playbook again changes nothing."""
+registry serves the base images through Docker's mirror. That running the playbook again changes nothing is
+molecule's idempotence step (``molecule test -s multinode``)."""
 
 import ipaddress
 import json
 import os
-import re
 import signal
 import socket
 import ssl
@@ -21,8 +21,6 @@ import pytest
 from tests.conftest import upstream_kubectls
 from tests.e2e.conftest import ADMIN_KUBECONFIG, run_kubectl, wait_for
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = REPO_ROOT / ".tools" / "ansible" / "bin" / "ansible-playbook"
 CA_FILE = Path("/etc/minik8s/pki/ca.crt")
 APISERVER_READYZ = "https://127.0.0.1:6443/readyz"
 REGISTRY = "http://127.0.0.1:5000"
@@ -95,17 +93,6 @@ def subnet_lease() -> dict[str, str]:
     """flanneld's subnet file: FLANNEL_NETWORK, FLANNEL_SUBNET (the bridge's address/prefix), FLANNEL_MTU."""
     assert SUBNET_FILE.exists(), f"{SUBNET_FILE} is missing: flanneld has no lease"
     return dict(line.split("=", 1) for line in SUBNET_FILE.read_text().split() if "=" in line)
-
-
-def changed_tasks(output: str) -> list[str]:
-    """The names of the tasks that reported a change, from ansible-playbook's output."""
-    names, task = [], None
-    for line in output.splitlines():
-        if line.startswith(("TASK [", "RUNNING HANDLER [")):
-            task = line[line.index("[") + 1:line.rindex("]")]
-        elif line.startswith("changed:") and task and task not in names:
-            names.append(task)
-    return names
 
 
 @pytest.fixture(scope="module")
@@ -262,17 +249,3 @@ def test_prometheus_has_the_nodes_container_metrics(installed):
 
     result = wait_for(node_series, 60, interval=2, what="the node's CPU series in Prometheus")
     assert {series["metric"]["node"] for series in result} >= {node_name()}
-
-
-def test_running_the_playbook_again_changes_nothing(installed):
-    if not ANSIBLE_PLAYBOOK.exists():
-        pytest.fail(f"{ANSIBLE_PLAYBOOK} is missing: run `bash scripts/cluster-up.sh` first")
-    result = subprocess.run([str(ANSIBLE_PLAYBOOK), "site.yml"], cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=1200, env={**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg")})
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-    recap = re.findall(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", output, re.M)
-    assert recap, output[-3000:]
-    changed = {host: int(count) for host, _, count, _, _ in recap if int(count)}
-    assert changed == {}, f"changed tasks: {changed_tasks(output)}"
-    assert all(int(failed) == 0 and int(unreachable) == 0 for _, _, _, unreachable, failed in recap)

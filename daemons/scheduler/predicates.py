@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
+from daemons.api.tolerations import tolerates
 from daemons.scheduler.usage import NO_USAGE, NodeUsage, Obj, node_allocatable, node_name, pod_requests
 
 Reasons = tuple[str, ...]
@@ -35,20 +36,6 @@ def _labels(node: Obj) -> dict[str, str]:
 
 def _tolerations(pod: Obj) -> list[Obj]:
     return (pod.get("spec") or {}).get("tolerations") or []
-
-
-def tolerates(toleration: Obj, taint: Obj) -> bool:
-    """Kubernetes' matching: the effect (if given) and key (if given) agree, then Exists, or Equal on the value."""
-    effect = toleration.get("effect")
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key")
-    if key and key != taint.get("key"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return True
-    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def untolerated_taint(pod: Obj, node: Obj) -> Obj | None:

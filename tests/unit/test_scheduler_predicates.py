@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from daemons.api.tolerations import tolerates
 from daemons.scheduler.predicates import (
     INSUFFICIENT_CPU,
     INSUFFICIENT_MEMORY,
@@ -18,7 +19,6 @@ from daemons.scheduler.predicates import (
     node_selector_matches,
     resources_fit,
     taints_tolerated,
-    tolerates,
     unfit_reasons,
     untolerated_taint,
 )

@@ -19,6 +19,9 @@ class ControllerContext:
     prometheus_url: str | None = None
     horizontal_pod_autoscaler_sync_period: float = 15.0
     prometheus_sd_dir: str | None = None
+    node_monitor_period: float = 5.0
+    node_monitor_grace_period: float = 40.0
+    pod_eviction_timeout: float = 30.0
 
 
 class ManagedController(Protocol):

@@ -12,6 +12,7 @@ from daemons.controllers.context import ControllerContext, ManagedController
 from daemons.controllers.deployment import DeploymentController
 from daemons.controllers.endpoints import EndpointsController
 from daemons.controllers.garbagecollector import GarbageCollector
+from daemons.controllers.nodelifecycle import NodeLifecycleController
 from daemons.controllers.podautoscaler import HorizontalPodAutoscalingController
 from daemons.controllers.prometheus_sd import PrometheusSDController
 from daemons.controllers.replicaset import ReplicaSetController
@@ -23,6 +24,7 @@ CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
     "garbagecollector": GarbageCollector,
     "horizontalpodautoscaling": HorizontalPodAutoscalingController,
     "prometheus-sd": PrometheusSDController,
+    "nodelifecycle": NodeLifecycleController,
 }
 
 

@@ -23,7 +23,9 @@ class ControllerManager:
     def __init__(self, client: ApiClient, settings: ControllerManagerSettings) -> None:
         self.informers = InformerFactory(client, settings.amqp_url, settings.resync_seconds)
         context = ControllerContext(client, self.informers, settings.workers, settings.prometheus_url,
-                                    settings.horizontal_pod_autoscaler_sync_period, settings.prometheus_sd_dir)
+                                    settings.horizontal_pod_autoscaler_sync_period, settings.prometheus_sd_dir,
+                                    settings.node_monitor_period, settings.node_monitor_grace_period,
+                                    settings.pod_eviction_timeout)
         self.controllers: list[ManagedController] = [
             CONTROLLERS[name](context) for name in select_controllers(settings.controllers)
         ]

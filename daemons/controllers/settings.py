@@ -28,6 +28,17 @@ class ControllerManagerSettings(DaemonSettings):
         None, description="folder where the scrape targets of every node's kubelet and proxy are written as "
         "Prometheus file_sd JSON; unset: none are written"
     )
+    node_monitor_period: float = Field(
+        5.0, gt=0, description="seconds between two checks of every node's heartbeat"
+    )
+    node_monitor_grace_period: float = Field(
+        40.0, gt=0, description="seconds a node's kubelet may go without posting status before the node is "
+        "marked Unknown and tainted unreachable"
+    )
+    pod_eviction_timeout: float = Field(
+        30.0, ge=0, description="seconds the pods of an unreachable node stay before they are deleted, unless a "
+        "toleration of the taint says otherwise"
+    )
 
     @field_validator("controllers")
     @classmethod

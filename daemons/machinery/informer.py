@@ -253,6 +253,9 @@ class Informer:
         self._threads: list[threading.Thread] = []
         self._lifecycle = threading.Lock()  # start and stop may race from different threads
         self._watch_rv = 0
+        self._failing = False  # a LIST or the event feed failed and no LIST has succeeded since
+        self.listed_at: float | None = None
+        self.recovered_at: float | None = None
 
     # --- handlers -----------------------------------------------------------------------------------
 
@@ -330,15 +333,24 @@ class Informer:
         return self.handle_event(event)
 
     def relist(self) -> list[Delta]:
-        """LIST the resource and reconcile the cache with it; API and connection errors propagate."""
+        """LIST the resource and reconcile the cache with it; API and connection errors propagate.
+
+        ``listed_at`` becomes the (monotonic) time of this LIST, and ``recovered_at`` too when
+        a LIST or the event feed had failed since the previous one: from then on the cache is
+        known current again, which is what a reader judging the silence of objects needs.
+        """
         with self._relist_lock:
-            answer = self.client.list(
-                self.resource,
-                namespace=self.namespace,
-                label_selector=self.label_selector,
-                field_selector=self.field_selector,
-                all_namespaces=self.namespace is None,
-            )
+            try:
+                answer = self.client.list(
+                    self.resource,
+                    namespace=self.namespace,
+                    label_selector=self.label_selector,
+                    field_selector=self.field_selector,
+                    all_namespaces=self.namespace is None,
+                )
+            except Exception:
+                self._failing = True
+                raise
             items = [self._complete(obj) for obj in answer.get("items") or []]
             items = [obj for obj in items if self.matches(obj)]
             # An apiserver that leaves the list's resourceVersion out still lets us bound it from below.
@@ -347,6 +359,10 @@ class Informer:
             )
             with self._lock:
                 deltas = self.store.replace(items, list_rv)
+                self.listed_at = time.monotonic()
+                if self._failing:
+                    self.recovered_at = self.listed_at
+                    self._failing = False
                 for delta in deltas:
                     self._notify(delta)
         logger.debug("%s: listed %d objects at resourceVersion %d, %d added or deleted", self.name, len(items),
@@ -440,6 +456,7 @@ class Informer:
                     channel.basic_ack(method.delivery_tag)
                 channel.cancel()
             except pika.exceptions.AMQPError as error:
+                self._failing = True  # events may be lost until the LIST after reconnecting
                 logger.warning("%s: message bus unavailable (%r); reconnecting in %.1fs", self.name, error, delay)
             except (MiniK8sError, httpx.HTTPError, ValueError) as error:
                 logger.warning("%s: LIST failed (%s); retrying in %.1fs", self.name, error, delay)
@@ -476,6 +493,7 @@ class Informer:
                 logger.warning("%s: watch failed (%s); retrying in %.1fs", self.name, error, delay)
             except Exception:
                 logger.exception("%s: watch failed; retrying in %.1fs", self.name, delay)
+            self._failing = True
             delay = self._retry_later(delay)
 
     def _watch_once(self) -> bool:

@@ -2,12 +2,14 @@
 
 The apiserver's metrics.k8s.io API and the horizontal pod autoscaler both need "how much CPU and memory
 does this container use now"; they ask Prometheus the same queries through this module, so both report
-the same figures. CPU is a rate over one fixed window; memory is the working set, as metrics-server reports.
+the same figures. CPU is a rate over a window (one minute unless the apiserver is told otherwise); memory is
+the working set, as metrics-server reports.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +17,25 @@ import httpx
 
 from daemons.api.errors import ConnectionFailed, MiniK8sError
 
+# A Prometheus duration: units from years down to milliseconds, largest first, each at most once.
+DURATION = re.compile(r"(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?")
+DURATION_UNITS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
+
+
+def duration_seconds(text: str) -> float:
+    """The length of a Prometheus duration (``1m``, ``30s``, ``1m30s``), so a bad window fails at startup
+    rather than in every query; a window must be longer than nothing."""
+    match = DURATION.fullmatch(text)
+    if not text or match is None:
+        raise ValueError(f"{text!r} is not a Prometheus duration (e.g. 1m, 30s, 1m30s)")
+    seconds = sum(int(count) * unit for count, unit in zip(match.groups(), DURATION_UNITS, strict=True) if count)
+    if seconds <= 0:
+        raise ValueError(f"{text!r} is no time at all: a rate needs a window")
+    return seconds
+
+
 WINDOW = "1m"
-WINDOW_SECONDS = 60
+WINDOW_SECONDS = duration_seconds(WINDOW)
 SANDBOX_CONTAINER = "POD"
 
 Sample = tuple[dict[str, str], float]
@@ -37,19 +56,21 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def pod_queries(namespace: str | None = None) -> tuple[str, str]:
-    """The CPU and memory queries for every application container (sandbox and cgroup totals left out)."""
+def pod_queries(namespace: str | None = None, window: str = WINDOW) -> tuple[str, str]:
+    """The CPU (a rate over ``window``) and memory queries for every application container (sandbox and cgroup
+    totals left out)."""
     matchers = f'container!="",container!={_quote(SANDBOX_CONTAINER)},pod!=""'
     if namespace:
         matchers += f",namespace={_quote(namespace)}"
     by = "sum by (namespace, pod, container)"
-    return (f"{by} (rate(container_cpu_usage_seconds_total{{{matchers}}}[{WINDOW}]))",
+    return (f"{by} (rate(container_cpu_usage_seconds_total{{{matchers}}}[{window}]))",
             f"{by} (container_memory_working_set_bytes{{{matchers}}})")
 
 
-def node_queries() -> tuple[str, str]:
-    """The CPU and memory queries for whole nodes: the root cgroup's series, labelled by node."""
-    return (f'sum by (node) (rate(container_cpu_usage_seconds_total{{id="/"}}[{WINDOW}]))',
+def node_queries(window: str = WINDOW) -> tuple[str, str]:
+    """The CPU (a rate over ``window``) and memory queries for whole nodes: the root cgroup's series, labelled
+    by node."""
+    return (f'sum by (node) (rate(container_cpu_usage_seconds_total{{id="/"}}[{window}]))',
             'sum by (node) (container_memory_working_set_bytes{id="/"})')
 
 
@@ -122,13 +143,14 @@ class PrometheusClient:
         return parse_vector(body, promql)
 
 
-def pod_usage(prometheus: PrometheusClient, namespace: str | None = None) -> dict[tuple[str, str], dict[str, Usage]]:
+def pod_usage(prometheus: PrometheusClient, namespace: str | None = None,
+              window: str = WINDOW) -> dict[tuple[str, str], dict[str, Usage]]:
     """Per-container usage of every pod with samples, in one namespace or all."""
-    cpu_query, memory_query = pod_queries(namespace)
+    cpu_query, memory_query = pod_queries(namespace, window)
     return combine_pods(prometheus.query(cpu_query), prometheus.query(memory_query))
 
 
-def node_usage(prometheus: PrometheusClient) -> dict[str, Usage]:
+def node_usage(prometheus: PrometheusClient, window: str = WINDOW) -> dict[str, Usage]:
     """Usage of every node with samples."""
-    cpu_query, memory_query = node_queries()
+    cpu_query, memory_query = node_queries(window)
     return combine_nodes(prometheus.query(cpu_query), prometheus.query(memory_query))

@@ -159,7 +159,8 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
     kubelets = KubeletProxy(registry, kubelet_token, settings.kubelet_certificate_authority)
     authenticator = Authenticator(load_token_file(settings.token_auth_file) if settings.token_auth_file else None)
     bootstrapped = asyncio.Event()
-    usage_api = metrics_api.MetricsApi(registry, settings.prometheus_url) if settings.prometheus_url else None
+    usage_api = (metrics_api.MetricsApi(registry, settings.prometheus_url, settings.metrics_window)
+                 if settings.prometheus_url else None)
 
     async def bring_up() -> None:
         await bootstrap(registry, settings.secure_port, advertise_address)

@@ -18,7 +18,15 @@ from starlette.concurrency import run_in_threadpool
 
 from daemons.api import errors
 from daemons.api.resources import require
-from daemons.api.usage import WINDOW_SECONDS, PrometheusClient, PrometheusError, Usage, node_usage, pod_usage
+from daemons.api.usage import (
+    WINDOW,
+    PrometheusClient,
+    PrometheusError,
+    Usage,
+    duration_seconds,
+    node_usage,
+    pod_usage,
+)
 from daemons.apiserver import discovery
 from daemons.apiserver.registry import Registry, now_rfc3339
 
@@ -65,10 +73,19 @@ def memory_quantity(size: float) -> str:
     return str(whole)
 
 
-def window_text(seconds: int) -> str:
-    """A Go ``time.Duration`` string, as metrics-server writes its window: ``1m0s``, ``30s``."""
-    minutes, rest = divmod(seconds, 60)
-    return f"{minutes}m{rest}s" if minutes else f"{rest}s"
+def window_text(seconds: float) -> str:
+    """A Go ``time.Duration`` string, as metrics-server writes its window: ``1m0s``, ``30s``, ``1h0m0s``,
+    ``1.5s``, ``500ms``."""
+    millis = round(seconds * 1000)
+    if millis < 1000:
+        return f"{millis}ms"
+    hours, rest = divmod(millis, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    whole, fraction = divmod(rest, 1000)
+    text = f"{whole}.{fraction:03d}".rstrip("0") + "s" if fraction else f"{whole}s"
+    if hours:
+        return f"{hours}h{minutes}m{text}"
+    return f"{minutes}m{text}" if minutes else text
 
 
 def _metadata(obj: Obj, timestamp: str) -> Obj:
@@ -86,21 +103,21 @@ def usage_body(usage: Usage) -> Obj:
     return {"cpu": cpu_quantity(usage.cpu), "memory": memory_quantity(usage.memory)}
 
 
-def pod_metrics(pod: Obj, containers: dict[str, Usage], timestamp: str) -> Obj:
-    """A ``PodMetrics`` object; containers in the pod spec's order."""
+def pod_metrics(pod: Obj, containers: dict[str, Usage], timestamp: str, window: str = WINDOW) -> Obj:
+    """A ``PodMetrics`` object; containers in the pod spec's order; ``window``: the rate's, a Prometheus duration."""
     order = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
     names = sorted(containers, key=lambda name: (order.index(name) if name in order else len(order), name))
     return {
         "kind": "PodMetrics", "apiVersion": GROUP_VERSION, "metadata": _metadata(pod, timestamp),
-        "timestamp": timestamp, "window": window_text(WINDOW_SECONDS),
+        "timestamp": timestamp, "window": window_text(duration_seconds(window)),
         "containers": [{"name": name, "usage": usage_body(containers[name])} for name in names],
     }
 
 
-def node_metrics(node: Obj, usage: Usage, timestamp: str) -> Obj:
+def node_metrics(node: Obj, usage: Usage, timestamp: str, window: str = WINDOW) -> Obj:
     return {
         "kind": "NodeMetrics", "apiVersion": GROUP_VERSION, "metadata": _metadata(node, timestamp),
-        "timestamp": timestamp, "window": window_text(WINDOW_SECONDS), "usage": usage_body(usage),
+        "timestamp": timestamp, "window": window_text(duration_seconds(window)), "usage": usage_body(usage),
     }
 
 
@@ -109,11 +126,13 @@ def metrics_list(kind: str, items: list[Obj]) -> Obj:
 
 
 class MetricsApi:
-    """Serves ``/apis/metrics.k8s.io[/v1beta1[/...]]`` from Prometheus and the registry's pods and nodes."""
+    """Serves ``/apis/metrics.k8s.io[/v1beta1[/...]]`` from Prometheus and the registry's pods and nodes; CPU is
+    a rate over ``window`` (a Prometheus duration)."""
 
-    def __init__(self, registry: Registry, prometheus_url: str) -> None:
+    def __init__(self, registry: Registry, prometheus_url: str, window: str = WINDOW) -> None:
         self.registry = registry
         self.prometheus = PrometheusClient(prometheus_url)
+        self.window = window
 
     def close(self) -> None:
         self.prometheus.close()
@@ -159,9 +178,9 @@ class MetricsApi:
             pods = [await self.registry.get(PODS, namespace, name)]
         else:
             pods, _ = await self.registry.list(PODS, namespace, label_selector, field_selector)
-        usage = await self._ask(pod_usage, namespace)
+        usage = await self._ask(pod_usage, namespace, self.window)
         timestamp = now_rfc3339()
-        items = [pod_metrics(pod, usage[key], timestamp) for pod in pods
+        items = [pod_metrics(pod, usage[key], timestamp, self.window) for pod in pods
                  if (key := (pod["metadata"]["namespace"], pod["metadata"]["name"])) in usage]
         if name is None:
             return metrics_list("PodMetrics", items)
@@ -175,9 +194,9 @@ class MetricsApi:
             nodes = [await self.registry.get(NODES, None, name)]
         else:
             nodes, _ = await self.registry.list(NODES, None, label_selector, field_selector)
-        usage = await self._ask(node_usage)
+        usage = await self._ask(node_usage, self.window)
         timestamp = now_rfc3339()
-        items = [node_metrics(node, usage[node["metadata"]["name"]], timestamp) for node in nodes
+        items = [node_metrics(node, usage[node["metadata"]["name"]], timestamp, self.window) for node in nodes
                  if node["metadata"]["name"] in usage]
         if name is None:
             return metrics_list("NodeMetrics", items)

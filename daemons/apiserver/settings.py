@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from daemons.api.models import check_ip
+from daemons.api.usage import WINDOW, duration_seconds
 from daemons.apiserver.services import (
     DEFAULT_CLUSTER_IP_RANGE,
     DEFAULT_NODE_PORT_RANGE,
@@ -46,6 +47,10 @@ class ApiServerSettings(DaemonSettings):
         None, description="Prometheus behind the metrics.k8s.io API (kubectl top), e.g. http://127.0.0.1:9090; "
         "unset: that API is not served"
     )
+    metrics_window: str = Field(
+        WINDOW, description="Prometheus duration the metrics API's CPU figures are a rate over (metrics-server's "
+        "window); Prometheus must scrape the kubelets several times within it"
+    )
 
     @field_validator("service_cluster_ip_range")
     @classmethod
@@ -57,6 +62,12 @@ class ApiServerSettings(DaemonSettings):
     @classmethod
     def _ports(cls, value: str) -> str:
         parse_port_range(value)
+        return value
+
+    @field_validator("metrics_window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        duration_seconds(value)
         return value
 
     @field_validator("advertise_address")

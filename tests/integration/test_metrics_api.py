@@ -4,7 +4,9 @@ The test serves a small exposition in the kubelet's ``/metrics/cadvisor`` format
 at known rates and fixed working sets, for two pods (with a sandbox and a pod-level cgroup series that must
 not count) and the node's root cgroup. Prometheus (Debian's binary, private data dir and port) scrapes it
 with the ``node`` label the cluster's file_sd targets carry; an apiserver started with ``--prometheus-url``
-answers the metrics API from it, and our kubectl and upstream kubectl print the figures.
+answers the metrics API from it, and our kubectl and upstream kubectl print the figures. The apiserver's rate
+window is ``--metrics-window 10s`` (Prometheus scrapes every second), so the figures are exact once ten
+seconds of scrapes are in, not a minute.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pytest
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound, ServiceUnavailable
 from daemons.api.resources import by_kind
-from daemons.api.usage import WINDOW_SECONDS, PrometheusClient
+from daemons.api.usage import PrometheusClient, duration_seconds
 from tests.conftest import ApiServerProcess, ExpositionServer, PrometheusProcess, upstream_kubectls
 
 pytestmark = pytest.mark.integration
@@ -36,6 +38,9 @@ NODES = by_kind("v1", "Node")
 NAMESPACES = by_kind("v1", "Namespace")
 METRICS = "/apis/metrics.k8s.io/v1beta1"
 MI = 2**20
+# The apiserver's --metrics-window: ten of Prometheus' one-second scrapes.
+WINDOW = "10s"
+WINDOW_SECONDS = duration_seconds(WINDOW)
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,7 @@ def cluster(apiserver_factory, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "job_name": "kubelet-cadvisor", "metrics_path": "/metrics/cadvisor",
         "static_configs": [{"targets": [exporter.address], "labels": {"node": node}}]}])
     prometheus.start()
-    apiserver = apiserver_factory(extra_args=["--prometheus-url", prometheus.url])
+    apiserver = apiserver_factory(extra_args=["--prometheus-url", prometheus.url, "--metrics-window", WINDOW])
     api = apiserver.client()
     api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     for body in (pod("web", ["app", "sidecar"], {"app": "web"}), pod("db", ["pg"], {"app": "db"}),
@@ -133,9 +138,9 @@ def cluster(apiserver_factory, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def wait_for_samples(api: ApiClient, prometheus: PrometheusProcess, namespace: str, node: str) -> None:
-    """Until Prometheus holds more than a rate window of scrapes, as a user waits a minute before top is exact.
+    """Until Prometheus holds more than a rate window of scrapes, as a user waits a window before top is exact.
 
-    Before that, ``rate()`` over 1m sees only part of its window and reports less, as it does for a new pod.
+    Before that, ``rate()`` sees only part of its window and reports less, as it does for a new pod.
     """
     deadline = time.monotonic() + 150
     covered = f'count_over_time(container_cpu_usage_seconds_total{{id="/"}}[{WINDOW_SECONDS + 30}s])'
@@ -189,7 +194,7 @@ def test_discovery_lists_the_metrics_group(cluster: Cluster):
 
 def test_pod_metrics_as_metrics_server_shapes_them(cluster: Cluster):
     web = cluster.api.request("GET", f"{METRICS}/namespaces/{cluster.namespace}/pods/web")
-    assert web["kind"] == "PodMetrics" and web["window"] == "1m0s"
+    assert web["kind"] == "PodMetrics" and web["window"] == "10s"
     assert web["metadata"]["labels"] == {"app": "web"} and web["metadata"]["namespace"] == cluster.namespace
     assert web["containers"] == [{"name": "app", "usage": {"cpu": "250m", "memory": "64Mi"}},
                                  {"name": "sidecar", "usage": {"cpu": "10m", "memory": "10Mi"}}]

@@ -25,7 +25,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from daemons.api.errors import APIError, Conflict, ConnectionFailed, NotFound
+import httpx
+
+from daemons.api.errors import APIError, Conflict, ConnectionFailed, MiniK8sError, NotFound
 from daemons.api.resources import require
 from daemons.controllers import node_health
 from daemons.controllers.context import ControllerContext
@@ -145,7 +147,7 @@ class NodeLifecycleController:
         """
         try:
             self.nodes.relist()
-        except Exception as error:
+        except (MiniK8sError, httpx.HTTPError, ValueError) as error:
             raise TemporaryError(f"node {name} looks silent, but the API does not answer: {error}",
                                  delay=self.period) from error
         self.controller.enqueue(name)

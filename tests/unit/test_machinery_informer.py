@@ -209,6 +209,34 @@ def test_relist_fills_the_cache_and_lists_all_namespaces() -> None:
     assert informer.store.resource_version == 7
 
 
+class FailingOnceClient(FakeClient):
+    """A LIST that fails the first time it is asked after ``fail_next`` is set, as an absent apiserver's would."""
+
+    fail_next = False
+
+    def list(self, resource: Any, **kwargs: Any) -> dict[str, Any]:
+        if self.fail_next:
+            self.fail_next = False
+            raise ConnectionError("apiserver away")
+        return super().list(resource, **kwargs)
+
+
+def test_a_list_after_a_failed_one_marks_the_cache_recovered() -> None:
+    client = FailingOnceClient([pod("a", 3)], 7)
+    informer = informer_for(client, Recorder())
+    informer.relist()
+    assert informer.listed_at is not None
+    assert informer.recovered_at is None, "a first LIST recovers from nothing"
+    client.fail_next = True
+    with pytest.raises(ConnectionError):
+        informer.relist()
+    informer.relist()
+    assert informer.recovered_at == informer.listed_at
+    first_recovery = informer.recovered_at
+    informer.relist()
+    assert informer.recovered_at == first_recovery, "a LIST after a good one is no recovery"
+
+
 def test_handle_message_applies_bus_events_and_drops_duplicates() -> None:
     client = FakeClient([pod("a", 3)], 5)
     recorder = Recorder()

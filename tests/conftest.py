@@ -43,7 +43,7 @@ from daemons.api.resources import by_kind, require
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TESTS_ROOT = Path(__file__).resolve().parent
-SUITE_MARKERS = ("unit", "integration", "e2e")
+SUITE_MARKERS = ("unit", "integration", "e2e", "chaos")
 
 ETCD_BINARY = os.environ.get("MINIK8S_TEST_ETCD", "/usr/bin/etcd")
 RABBITMQ_LIB_BIN = Path("/usr/lib/rabbitmq/bin")
@@ -103,15 +103,24 @@ def _kill_leftovers() -> None:
 # --- markers ----------------------------------------------------------------------------------------
 
 
+def _suite(item: pytest.Item) -> str | None:
+    try:
+        relative = Path(item.path).resolve().relative_to(TESTS_ROOT)
+    except ValueError:
+        return None
+    return relative.parts[0] if relative.parts and relative.parts[0] in SUITE_MARKERS else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test by the suite directory it lives in, so ``pytest -m unit`` selects it."""
+    """Mark every test by the suite directory it lives in, so ``pytest -m unit`` selects it.
+
+    The chaos tests crash the installed cluster's programs, so they run after every test that uses it.
+    """
     for item in items:
-        try:
-            relative = Path(item.path).resolve().relative_to(TESTS_ROOT)
-        except ValueError:
-            continue
-        if relative.parts and relative.parts[0] in SUITE_MARKERS:
-            item.add_marker(getattr(pytest.mark, relative.parts[0]))
+        suite = _suite(item)
+        if suite is not None:
+            item.add_marker(getattr(pytest.mark, suite))
+    items.sort(key=lambda item: _suite(item) == "chaos")
 
 
 # --- helpers ----------------------------------------------------------------------------------------

@@ -50,10 +50,14 @@ def event_body(event: StoredEvent) -> bytes:
 
 
 class EventPublisher:
-    """Runs until cancelled, reconnecting to etcd and RabbitMQ with back-off."""
+    """Runs until cancelled, reconnecting to etcd and RabbitMQ with back-off.
+
+    The back-off stays short: every daemon waits on this one stream, so each second it sleeps after the broker
+    or etcd is back is a second the whole cluster acts on stale events (a restart costs a few seconds).
+    """
 
     def __init__(self, storage: Storage, amqp_url: str, checkpoint_interval: float = 0.5,
-                 max_backoff: float = 10.0) -> None:
+                 max_backoff: float = 2.0) -> None:
         self.storage = storage
         self.amqp_url = amqp_url
         self.checkpoint_interval = checkpoint_interval

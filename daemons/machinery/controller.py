@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from daemons.api.errors import Conflict, MiniK8sError
+from daemons.api.errors import Conflict, ConnectionFailed, MiniK8sError, ServiceUnavailable
 from daemons.machinery.keys import key_of, split_key
 from daemons.machinery.workqueue import DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, WorkQueue
 
@@ -138,6 +138,11 @@ class Controller:
         except Conflict as error:
             self._requeue(key, None)
             logger.info("%s: %s changed while syncing, retrying: %s", self.name, key, error)
+            SYNCS.labels(self.name, "retry").inc()
+        except (ServiceUnavailable, ConnectionFailed) as error:
+            # An apiserver restart or an etcd outage: expected, and the back-off covers it; no traceback.
+            self._requeue(key, None)
+            logger.warning("%s: %s not synced, the API is unavailable, retrying: %s", self.name, key, error)
             SYNCS.labels(self.name, "retry").inc()
         except PermanentError as error:
             self.queue.forget(key)

@@ -32,6 +32,7 @@ from daemons.kubelet.runtime import DOCKER_ERRORS, DockerRuntime
 from daemons.kubelet.server import KubeletServer, NoPrevious, NotOnNode, ensure_certificate, load_tokens
 from daemons.kubelet.settings import KubeletSettings, NodeConfig, load_node_config, primary_ipv4
 from daemons.kubelet.spec import LABEL_POD_NAME, LABEL_POD_NAMESPACE
+from daemons.kubelet.status import reported_ready
 from daemons.machinery.controller import Controller, TemporaryError
 from daemons.machinery.informer import Informer
 from daemons.machinery.log import setup_logging
@@ -60,7 +61,9 @@ class Kubelet:
             queue_name=f"kubelet.{self.node_name}.pods", resync_seconds=settings.resync_seconds)
         self.controller = Controller(f"kubelet-{self.node_name}", self._sync, workers=settings.workers,
                                      base_delay=1.0, max_delay=60.0)
-        self.probes = ProbeManager(runtime.exec, self._on_probe_result)
+        self.probes = ProbeManager(runtime.exec, self._on_probe_result,
+                                   ready_before=lambda key, container_id: reported_ready(
+                                       self.informer.store.get_by_key(key), container_id))
         self.syncer = PodSyncer(
             client=self.client, runtime=runtime, recorder=self.recorder, probes=self.probes,
             pods=self.informer.store, node_name=self.node_name, host_ip=self.address, root_dir=settings.root_dir,

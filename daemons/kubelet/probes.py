@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 ProbeKind = Literal["liveness", "readiness"]
 Exec = Callable[[str, list[str], float], tuple[int, bytes, bytes]]
 ResultHandler = Callable[[str, str, ProbeKind, bool, str, bool], None]
+# Whether the API already holds pod ``key``'s container ``container_id`` as ready (pod key, Docker id).
+ReadyBefore = Callable[[str, str], bool]
 MAX_WORKERS = 4
 PROBE_FIELDS: tuple[tuple[ProbeKind, str], ...] = (("liveness", "livenessProbe"), ("readiness", "readinessProbe"))
 
@@ -143,9 +145,11 @@ class ProbeManager:
     """Runs the probes of every tracked container and keeps their verdicts."""
 
     def __init__(self, exec_: Exec, on_result: ResultHandler, workers: int = MAX_WORKERS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 ready_before: ReadyBefore = lambda _key, _container_id: False) -> None:
         self.exec = exec_
         self.on_result = on_result
+        self.ready_before = ready_before
         self.clock = clock
         self._tracked: dict[tuple[str, ProbeKind], _Tracked] = {}
         self._heap: list[tuple[float, int, tuple[str, ProbeKind]]] = []
@@ -167,7 +171,11 @@ class ProbeManager:
     # --- what the pod worker calls ----------------------------------------------------------------
 
     def track(self, key: str, container_id: str, container: Mapping[str, Any], pod_ip: str) -> None:
-        """Probe a running container (once per container id); its probes start after their initial delay."""
+        """Probe a running container (once per container id); its probes start after their initial delay.
+
+        A container the API already reports ready under this very id was adopted by a restarted kubelet: it
+        stays ready (and in its Services) until its probe says otherwise, as if the kubelet had never stopped.
+        """
         for kind, field_name in PROBE_FIELDS:
             probe = container.get(field_name)
             if not probe:
@@ -176,13 +184,17 @@ class ProbeManager:
             with self._cond:
                 if slot in self._tracked:
                     continue
+            adopted_ready = kind == "readiness" and self.ready_before(key, container_id)
+            with self._cond:
+                if slot in self._tracked:
+                    continue
                 try:
                     spec = probe_spec(probe, container)
                 except ValueError as error:
                     log.warning("%s: container %s: %s probe ignored: %s", key, container["name"], kind, error)
                     continue
-                self._tracked[slot] = _Tracked(key, container_id, container["name"], kind, spec, pod_ip,
-                                               ProbeState.initial(kind))
+                state = ProbeState(healthy=True) if adopted_ready else ProbeState.initial(kind)
+                self._tracked[slot] = _Tracked(key, container_id, container["name"], kind, spec, pod_ip, state)
                 self._push(slot, self.clock() + spec.initial_delay)
 
     def retain(self, key: str, container_ids: set[str]) -> None:

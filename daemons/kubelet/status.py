@@ -27,6 +27,13 @@ def rfc3339(moment: datetime | None) -> str | None:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def reported_ready(pod: Mapping[str, Any] | None, container_id: str) -> bool:
+    """Whether the pod's status in the API already calls the container with Docker id ``container_id`` ready."""
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    return any(status.get("containerID") == f"docker://{container_id}" and status.get("ready") is True
+               for status in statuses)
+
+
 def terminated_state(observed: ObservedContainer) -> dict[str, Any]:
     state: dict[str, Any] = {
         "exitCode": observed.exit_code if observed.exit_code is not None else -1,

@@ -34,7 +34,8 @@ logger = logging.getLogger(__name__)
 EXCHANGE = "minik8s.events"
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
 RETRY_MIN_SECONDS = 0.5
-RETRY_MAX_SECONDS = 10.0
+# A broker or apiserver restart should cost a consumer seconds, not a long sleep after the peer is back.
+RETRY_MAX_SECONDS = 2.0
 PREFETCH = 200
 SYNC_POLL_SECONDS = 1.0  # how often a daemon waiting for its caches looks whether it is told to stop
 

@@ -10,6 +10,7 @@ from daemons.kubelet.status import (
     compute_phase,
     container_status,
     pod_conditions,
+    reported_ready,
     status_patch,
 )
 
@@ -127,3 +128,15 @@ def test_an_unchanged_status_needs_no_write_and_a_changed_one_only_its_fields():
                              host_ip="h", pod_ip="p", now=NOW + timedelta(seconds=30))
     assert set(status_patch(stored, ready)) == {"conditions", "containerStatuses"}
     assert status_patch({"podIP": "p", "reason": "Evicted"}, {"podIP": "p"}) == {"reason": None}
+
+
+@pytest.mark.parametrize(("pod", "ready"), [
+    ({"status": {"containerStatuses": [{"containerID": "docker://abc", "ready": True}]}}, True),
+    ({"status": {"containerStatuses": [{"containerID": "docker://other", "ready": True}]}}, False),
+    ({"status": {"containerStatuses": [{"containerID": "docker://abc", "ready": False}]}}, False),
+    ({"status": {}}, False),
+    ({}, False),
+    (None, False),
+])
+def test_an_adopted_container_is_ready_only_if_the_api_says_so_for_the_same_container(pod, ready) -> None:
+    assert reported_ready(pod, "abc") is ready

@@ -1,8 +1,9 @@
 """This node's Node object: registration from the node config, and the Ready heartbeat.
 
 The object and its status are built by pure functions from a ``HostInfo``
-snapshot; ``NodeReporter`` creates or updates the Node once and then posts
-the status through ``nodes/<name>/status`` every ``--status-interval``. The
+snapshot; a ``NodeRegistration`` creates or updates the Node once and then
+posts the status through ``nodes/<name>/status``, which ``NodeReporter`` does
+every ``--status-interval`` (the hollow kubelet runs many registrations). The
 pod CIDR is spec, not status: it comes from the overlay's subnet file and is
 patched onto the Node at registration and whenever the file says otherwise.
 """
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 
 NODES = by_kind("v1", "Node")
 KUBELET_VERSION = "v1.30.0-minik8s"
-MAX_PODS = "110"
+MAX_PODS = 110
 ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386", "ppc64le": "ppc64le",
                  "s390x": "s390x"}
 
@@ -140,9 +141,10 @@ def ready_condition(ready: bool, message: str, now: datetime,
 
 
 def node_status(info: HostInfo, address: str, port: int, runtime_version: str, ready: bool, message: str,
-                now: datetime, previous_ready: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                now: datetime, previous_ready: Mapping[str, Any] | None = None, *, runtime_name: str = "docker",
+                max_pods: int = MAX_PODS) -> dict[str, Any]:
     """The status the kubelet posts: capacity, addresses, node info, endpoint and the Ready condition."""
-    capacity = {"cpu": str(info.cpus), "memory": f"{info.memory_kib}Ki", "pods": MAX_PODS}
+    capacity = {"cpu": str(info.cpus), "memory": f"{info.memory_kib}Ki", "pods": str(max_pods)}
     return {
         "capacity": capacity,
         "allocatable": dict(capacity),
@@ -152,34 +154,39 @@ def node_status(info: HostInfo, address: str, port: int, runtime_version: str, r
         "nodeInfo": {
             "machineID": info.machine_id, "systemUUID": info.machine_id, "bootID": info.boot_id,
             "kernelVersion": info.kernel_version, "osImage": info.os_image,
-            "containerRuntimeVersion": f"docker://{runtime_version}", "kubeletVersion": KUBELET_VERSION,
+            "containerRuntimeVersion": f"{runtime_name}://{runtime_version}", "kubeletVersion": KUBELET_VERSION,
             "kubeProxyVersion": KUBELET_VERSION, "operatingSystem": "linux", "architecture": info.architecture,
         },
     }
 
 
-class NodeReporter:
-    """Registers the Node and keeps posting its status until stopped."""
+class NodeRegistration:
+    """One Node's registration and heartbeat, without a thread of its own.
 
-    def __init__(self, client: ApiClient, config: NodeConfig, address: str, port: int, interval: float,
-                 runtime_version: Callable[[], str | None], pod_cidr_file: str = DEFAULT_POD_CIDR_FILE) -> None:
+    The kubelet's ``NodeReporter`` drives one on a timer; the hollow kubelet drives
+    thousands from one work queue. ``pod_cidr_file`` None means no overlay names
+    the pod CIDR, so registration never patches it.
+    """
+
+    def __init__(self, client: ApiClient, config: NodeConfig, address: str, port: int,
+                 runtime_version: Callable[[], str | None], pod_cidr_file: str | None = DEFAULT_POD_CIDR_FILE, *,
+                 info: HostInfo | None = None, runtime_name: str = "docker", max_pods: int = MAX_PODS) -> None:
         assert NODES is not None
         self.client = client
         self.config = config
         self.address = address
         self.port = port
-        self.interval = interval
         self.runtime_version = runtime_version
         self.pod_cidr_file = pod_cidr_file
-        self.info = host_info()
+        self.info = info or host_info()
+        self.runtime_name = runtime_name
+        self.max_pods = max_pods
         self._previous_ready: dict[str, Any] | None = None
-        self._spec: dict[str, Any] = {}
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="node-status", daemon=True)
+        self.spec: dict[str, Any] = {}
 
     def pod_cidr(self) -> str | None:
         """The overlay's subnet for this node; None while the file is missing (the overlay has not leased one)."""
-        return parse_subnet_env(_read(self.pod_cidr_file))
+        return parse_subnet_env(_read(self.pod_cidr_file)) if self.pod_cidr_file else None
 
     def register(self) -> None:
         """Create the Node, or bring an existing one's labels, taints and pod CIDR in line with this node."""
@@ -187,7 +194,7 @@ class NodeReporter:
         pod_cidr = self.pod_cidr()
         wanted = node_object(self.config, self.info, pod_cidr)
         try:
-            self._spec = self.client.create(NODES, wanted).get("spec") or {}
+            self.spec = self.client.create(NODES, wanted).get("spec") or {}
             log.info("registered node %s (pod CIDR %s)", self.config.name, pod_cidr or "none yet")
             return
         except AlreadyExists:
@@ -199,7 +206,7 @@ class NodeReporter:
         changes = {**({"taints": taints} if taints else {}), **pod_cidr_spec(spec, pod_cidr)}
         if changes:
             patch["spec"] = changes
-        self._spec = self.client.patch(NODES, self.config.name, patch).get("spec") or {}
+        self.spec = self.client.patch(NODES, self.config.name, patch).get("spec") or {}
         ready = [c for c in (current.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
         self._previous_ready = ready[0] if ready else None
         log.info("updated existing node %s", self.config.name)
@@ -208,22 +215,34 @@ class NodeReporter:
         """Patch the node's spec when the overlay's subnet file names another pod CIDR than the node has."""
         assert NODES is not None
         pod_cidr = self.pod_cidr()
-        changes = pod_cidr_spec(self._spec, pod_cidr)
+        changes = pod_cidr_spec(self.spec, pod_cidr)
         if changes:
-            self._spec = self.client.patch(NODES, self.config.name, {"spec": changes}).get("spec") or {}
+            self.spec = self.client.patch(NODES, self.config.name, {"spec": changes}).get("spec") or {}
             log.info("node %s: pod CIDR is now %s", self.config.name, pod_cidr)
 
     def post_status(self) -> None:
-        """One heartbeat: the whole status, Ready unless Docker does not answer."""
+        """One heartbeat: the whole status, Ready unless the container runtime does not answer."""
         assert NODES is not None
         version = self.runtime_version()
         ready = version is not None
         message = "kubelet is posting ready status" if ready else "container runtime is down"
         status = node_status(self.info, self.address, self.port, version or "unknown", ready, message,
-                             datetime.now(UTC), self._previous_ready)
+                             datetime.now(UTC), self._previous_ready, runtime_name=self.runtime_name,
+                             max_pods=self.max_pods)
         node = self.client.patch(NODES, self.config.name, {"status": status}, subresource="status")
         self._previous_ready = status["conditions"][0]
-        self._spec = node.get("spec") or {}
+        self.spec = node.get("spec") or {}
+
+
+class NodeReporter(NodeRegistration):
+    """Registers the Node and keeps posting its status every ``interval`` from a thread of its own until stopped."""
+
+    def __init__(self, client: ApiClient, config: NodeConfig, address: str, port: int, interval: float,
+                 runtime_version: Callable[[], str | None], pod_cidr_file: str = DEFAULT_POD_CIDR_FILE) -> None:
+        super().__init__(client, config, address, port, runtime_version, pod_cidr_file)
+        self.interval = interval
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="node-status", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

@@ -6,7 +6,8 @@ probe scheduler and its pool, a follower of Docker's container events (a
 container that dies is noticed at once), periodic housekeeping, and the HTTPS
 API (logs, exec, and the containers' metrics for Prometheus). SIGTERM or
 SIGINT stops the kubelet and leaves the pods running; the next kubelet adopts
-them.
+them. With --hollow the process simulates --hollow-nodes nodes instead and
+touches no Docker (daemons/kubelet/hollow.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from daemons.api.resources import by_kind
 from daemons.kubelet.cadvisor import ContainerMetrics
 from daemons.kubelet.decisions import PodContainers
 from daemons.kubelet.events import BackgroundRecorder
+from daemons.kubelet.hollow import HollowKubelet
 from daemons.kubelet.node import NodeReporter
 from daemons.kubelet.pods import PodSyncer, docker_message
 from daemons.kubelet.probes import ProbeKind, ProbeManager
@@ -203,10 +205,14 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    runtime = connect_docker(settings.docker_url, config.name, stopping)
-    if runtime is None:
-        return
-    kubelet = Kubelet(settings, config, runtime)
+    kubelet: Kubelet | HollowKubelet
+    if settings.hollow:
+        kubelet = HollowKubelet(settings, config)
+    else:
+        runtime = connect_docker(settings.docker_url, config.name, stopping)
+        if runtime is None:
+            return
+        kubelet = Kubelet(settings, config, runtime)
     runner = threading.Thread(target=kubelet.run, name="kubelet", daemon=True)
     runner.start()
     while not stopping.wait(1.0):

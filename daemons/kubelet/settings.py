@@ -1,4 +1,5 @@
-"""The kubelet's flags and its node config file (name, labels, taints, roles, address)."""
+"""The kubelet's flags (the real one's and the hollow one's) and its node config file (name, labels, taints,
+roles, address)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from daemons.api import models
+from daemons.api.quantity import parse_quantity
 from daemons.machinery.network import primary_ipv4 as primary_ipv4  # re-exported: kubelet main's default address
-from daemons.machinery.settings import DaemonSettings
+from daemons.machinery.settings import DaemonSettings, flag_name
 
 ROLE_LABEL_PREFIX = "node-role.kubernetes.io/"
 DEFAULT_POD_CIDR_FILE = "/run/flannel/subnet.env"
@@ -40,12 +42,37 @@ class KubeletSettings(DaemonSettings):
     pod_cidr_file: str = Field(
         DEFAULT_POD_CIDR_FILE, description="the overlay's subnet file (FLANNEL_SUBNET=...): the node's spec.podCIDR"
     )
+    hollow: bool = Field(
+        False, description="simulate --hollow-nodes nodes without Docker, each reporting its pods Running (scale tests)"
+    )
+    hollow_nodes: int = Field(1, ge=1, description="hollow nodes this process simulates: <config name>-0000, ...")
+    hollow_cpu: int = Field(4, ge=1, description="CPU capacity each hollow node reports")
+    hollow_memory: str = Field("16Gi", description="memory capacity each hollow node reports (a quantity)")
+    hollow_max_pods: int = Field(110, ge=1, description="pod capacity each hollow node reports")
+
+    @field_validator("hollow_memory")
+    @classmethod
+    def _memory_quantity(cls, value: str) -> str:
+        if parse_quantity(value) < 1024:
+            raise ValueError("must be at least 1Ki")
+        return value
 
     @model_validator(mode="after")
     def _certificate_and_key_together(self) -> KubeletSettings:
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
             raise ValueError("--tls-cert-file and --tls-private-key-file go together")
         return self
+
+    @model_validator(mode="after")
+    def _hollow_flags_need_hollow(self) -> KubeletSettings:
+        if not self.hollow:
+            given = sorted(name for name in self.model_fields_set if name.startswith("hollow_"))
+            if given:
+                raise ValueError(f"{', '.join(flag_name(name) for name in given)} only apply with --hollow")
+        return self
+
+    def hollow_memory_kib(self) -> int:
+        return int(parse_quantity(self.hollow_memory)) // 1024
 
 
 class NodeConfig(BaseModel):

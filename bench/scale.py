@@ -35,6 +35,7 @@ import platform
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -51,6 +52,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.stats import percentile  # noqa: E402
+from daemons.api import kubeconfig  # noqa: E402
 from daemons.api.client import ApiClient  # noqa: E402
 from daemons.api.resources import resolve  # noqa: E402
 from tests.conftest import (  # noqa: E402
@@ -400,6 +402,7 @@ class Result:
     rss_control_plane: int = 0
     not_ready_at_end: int = 0
     pods_deleted: int = 0
+    load: list[float] = field(default_factory=list)  # 1-minute load average at the start and at the end
 
 
 def measure(client: ApiClient, plane: ControlPlane, settings: Settings, latency_pods: int, deadline: float,
@@ -409,7 +412,7 @@ def measure(client: ApiClient, plane: ControlPlane, settings: Settings, latency_
     while ready_nodes(client) < settings.nodes:
         if time.monotonic() > deadline or any(not k.running for k in plane.kubelets):
             raise TimeoutError(f"only {ready_nodes(client)} of {settings.nodes} nodes Ready")
-        time.sleep(3)
+        time.sleep(max(3.0, settings.nodes / 500))  # a LIST of every node is no small request either
     result.registered_s = time.monotonic() - began
     print(f"  {settings.nodes} nodes Ready after {result.registered_s:.0f} s; creating {settings.pods} pods",
           flush=True)
@@ -476,12 +479,13 @@ def run_size(settings: Settings, latency_pods: int, size_timeout: float) -> Resu
     plane = ControlPlane(workdir, settings)
     sampler = RssSampler(plane.groups)
     deadline = time.monotonic() + size_timeout
+    result.load.append(os.getloadavg()[0])
     try:
         print(f"{settings.nodes} nodes: starting the control plane and hollow kubelets in {workdir}", flush=True)
         sampler.start()
         plane.start()
         assert plane.apiserver is not None
-        with plane.apiserver.client() as client:
+        with ApiClient(kubeconfig.load(plane.apiserver.kubeconfig), timeout=120) as client:
             measure(client, plane, settings, latency_pods, deadline, result)
     except (TimeoutError, RuntimeError) as error:
         result.complete = False
@@ -490,6 +494,7 @@ def run_size(settings: Settings, latency_pods: int, size_timeout: float) -> Resu
         sampler.stop()
         result.rss, result.rss_per_kubelet = sampler.peak, sampler.peak_per_kubelet
         result.rss_control_plane = sampler.peak_control_plane
+        result.load.append(os.getloadavg()[0])
         plane.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     return result
@@ -505,6 +510,13 @@ def machine() -> str:
     model = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
     return (f"{os.cpu_count()} CPUs ({model.group(1).strip() if model else platform.machine()}), "
             f"{memory / 1024**3:.1f} GiB RAM, Linux {platform.release()}, Python {platform.python_version()}")
+
+
+def revision() -> str:
+    """The checkout measured: its commit, and whether files differed from it."""
+    described = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty"], capture_output=True,
+                               text=True, check=False).stdout.strip()
+    return described or "unknown"
 
 
 def mib(size: int) -> str:
@@ -555,6 +567,7 @@ def figures(result: Result) -> list[tuple[str, str, str]]:
     rows.append(("nodes Ready to start / not Ready at end",
                  f"{result.registered_s:.0f} s / {result.not_ready_at_end}", ""))
     rows.append(("pods deleted during the run (evictions)", str(result.pods_deleted), ""))
+    rows.append(("load average (1 min) at start / end", " / ".join(f"{load:.1f}" for load in result.load), ""))
     if result.write_failures:
         rows.append(("probe writes failed", str(result.write_failures), ""))
     return rows
@@ -574,7 +587,7 @@ def markdown(result: Result, host: str, command: str) -> str:
     """One size's section of BENCHMARKS.md, between its markers."""
     s = result.settings
     lines = [f"<!-- scale:{s.nodes} -->", f"### {s.nodes:,} nodes, {s.pods:,} pods", "",
-             f"Machine: {host}. Command: `{command}`. {s.describe()}.", ""]
+             f"Machine: {host}. Checkout: {revision()}. Command: `{command}`. {s.describe()}.", ""]
     if result.note:
         lines += [f"**Incomplete run** ({result.note}).", ""]
     lines += ["| figure | measured | target |", "|---|---:|---|"]
@@ -610,7 +623,7 @@ def main() -> None:
 
     host = machine()
     command = " ".join(["bench/scale.py", *sys.argv[1:]])
-    print(f"machine: {host}; load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"machine: {host}; checkout {revision()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for nodes in sizes:
         settings = Settings.for_size(nodes, args.pods, args.nodes_per_kubelet, args.heartbeats_per_second)
         result = run_size(settings, args.latency_pods, args.timeout)

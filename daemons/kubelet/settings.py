@@ -68,7 +68,7 @@ class KubeletSettings(DaemonSettings):
         if not self.hollow:
             given = sorted(name for name in self.model_fields_set if name.startswith("hollow_"))
             if given:
-                raise ValueError(f"{', '.join(flag_name(name) for name in given)} only apply with --hollow")
+                raise ValueError(f"{', '.join(flag_name(name) for name in given)} given without --hollow")
         return self
 
     def hollow_memory_kib(self) -> int:

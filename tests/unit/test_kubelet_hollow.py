@@ -45,8 +45,8 @@ def test_hollow_flags():
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--hollow-nodes", "5"], "--hollow-nodes only apply with --hollow"),
-    (["--hollow-cpu", "2", "--hollow-max-pods", "9"], "--hollow-cpu, --hollow-max-pods only apply with --hollow"),
+    (["--hollow-nodes", "5"], "--hollow-nodes given without --hollow"),
+    (["--hollow-cpu", "2", "--hollow-max-pods", "9"], "--hollow-cpu, --hollow-max-pods given without --hollow"),
     (["--hollow", "--hollow-nodes", "0"], "--hollow-nodes"),
     (["--hollow", "--hollow-memory", "lots"], "--hollow-memory"),
 ])

@@ -1,21 +1,28 @@
 """Node filters: pure functions saying why a pod cannot go to a node, in kubectl's words.
 
-Each predicate takes ``(pod, node, usage)`` and returns the reasons the node
-does not fit (empty when it does). As in Kubernetes, a node is judged by the
-first predicate that refuses it, and the refusals of all nodes add up to the
-FailedScheduling message ("0/3 nodes are available: 1 node(s) ..., 2 Insufficient cpu.").
+Each predicate takes ``(pod, node, usage)`` (the pod's and the node's facts, see
+``facts``) and returns the reasons the node does not fit (empty when it does).
+As in Kubernetes, a node is judged by the first predicate that refuses it, and
+the refusals of all nodes add up to the FailedScheduling message
+("0/3 nodes are available: 1 node(s) ..., 2 Insufficient cpu.").
+
+Like kube-scheduler's ``percentageOfNodesToScore``, a pod need not be judged
+against every node of a large cluster: ``filter_nodes`` walks the nodes from a
+rotating start and stops once it has found enough that fit.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from daemons.api.tolerations import tolerates
-from daemons.scheduler.usage import NO_USAGE, NodeUsage, Obj, node_allocatable, node_name, pod_requests
+from daemons.scheduler.facts import NodeInfo, PodInfo
+from daemons.scheduler.usage import NO_USAGE, NodeUsage, Obj
 
 Reasons = tuple[str, ...]
-Predicate = Callable[[Obj, Obj, NodeUsage], Reasons]
+Predicate = Callable[[PodInfo, NodeInfo, NodeUsage], Reasons]
 
 NOT_READY = "node(s) were not ready"
 UNSCHEDULABLE = "node(s) were unschedulable"
@@ -25,24 +32,17 @@ INSUFFICIENT_CPU = "Insufficient cpu"
 INSUFFICIENT_MEMORY = "Insufficient memory"
 NO_NODES = "no nodes available to schedule pods"
 
-# The taint a cordoned node carries in Kubernetes: a pod tolerating it may still go there.
-UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-REPELLING_EFFECTS = ("NoSchedule", "NoExecute")  # PreferNoSchedule only discourages
+# kube-scheduler's bounds on sampling: below this many nodes every node is judged, and never under this share.
+MIN_FEASIBLE_NODES = 100
+MIN_ADAPTIVE_PERCENTAGE = 5
+ADAPTIVE_BASE_PERCENTAGE = 50
+NODES_PER_PERCENT = 125  # the adaptive share drops one point per this many nodes
 
 
-def _labels(node: Obj) -> dict[str, str]:
-    return (node.get("metadata") or {}).get("labels") or {}
-
-
-def _tolerations(pod: Obj) -> list[Obj]:
-    return (pod.get("spec") or {}).get("tolerations") or []
-
-
-def untolerated_taint(pod: Obj, node: Obj) -> Obj | None:
+def untolerated_taint(pod: PodInfo, node: NodeInfo) -> Obj | None:
     """The first NoSchedule or NoExecute taint of the node that none of the pod's tolerations matches."""
-    tolerations = _tolerations(pod)
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") in REPELLING_EFFECTS and not any(tolerates(item, taint) for item in tolerations):
+    for taint in node.taints:
+        if not any(tolerates(item, taint) for item in pod.tolerations):
             return taint
     return None
 
@@ -74,70 +74,57 @@ def expression_matches(expression: Obj, labels: Mapping[str, str]) -> bool:
     return False
 
 
-def term_matches(term: Obj, node: Obj) -> bool:
+def term_matches(term: Obj, node: NodeInfo) -> bool:
     """A node selector term: all its label expressions and field expressions hold; an empty term selects nothing."""
     expressions, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
     if not expressions and not fields:
         return False
-    labels, node_fields = _labels(node), {"metadata.name": node_name(node)}
-    return all(expression_matches(item, labels) for item in expressions) and all(
+    node_fields = {"metadata.name": node.name}
+    return all(expression_matches(item, node.labels) for item in expressions) and all(
         expression_matches(item, node_fields) for item in fields
     )
 
 
-def required_affinity_matches(pod: Obj, node: Obj) -> bool:
+def required_affinity_matches(pod: PodInfo, node: NodeInfo) -> bool:
     """``requiredDuringSchedulingIgnoredDuringExecution``: any one of its terms matches (none given: any node)."""
-    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-    if not required:
+    if pod.required_terms is None:
         return True
-    return any(term_matches(term, node) for term in required.get("nodeSelectorTerms") or [])
-
-
-def ready_status(node: Obj) -> str | None:
-    """The status ("True", "False", "Unknown") of the node's Ready condition; None before it reports one."""
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status")
-    return None
+    return any(term_matches(term, node) for term in pod.required_terms)
 
 
 # --- predicates ----------------------------------------------------------------------------------------
 
 
-def node_ready(pod: Obj, node: Obj, usage: NodeUsage) -> Reasons:
+def node_ready(pod: PodInfo, node: NodeInfo, usage: NodeUsage) -> Reasons:
     """Only a node whose Ready condition is True runs pods."""
-    return () if ready_status(node) == "True" else (NOT_READY,)
+    return () if node.ready else (NOT_READY,)
 
 
-def node_schedulable(pod: Obj, node: Obj, usage: NodeUsage) -> Reasons:
+def node_schedulable(pod: PodInfo, node: NodeInfo, usage: NodeUsage) -> Reasons:
     """A cordoned node (``spec.unschedulable``) takes only pods tolerating the unschedulable taint."""
-    if not (node.get("spec") or {}).get("unschedulable"):
-        return ()
-    if any(tolerates(toleration, UNSCHEDULABLE_TAINT) for toleration in _tolerations(pod)):
-        return ()
-    return (UNSCHEDULABLE,)
+    return (UNSCHEDULABLE,) if node.unschedulable and not pod.tolerates_unschedulable else ()
 
 
-def taints_tolerated(pod: Obj, node: Obj, usage: NodeUsage) -> Reasons:
-    taint = untolerated_taint(pod, node)
+def taints_tolerated(pod: PodInfo, node: NodeInfo, usage: NodeUsage) -> Reasons:
+    taint = untolerated_taint(pod, node) if node.taints else None
     if taint is None:
         return ()
     return (f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}",)
 
 
-def node_selector_matches(pod: Obj, node: Obj, usage: NodeUsage) -> Reasons:
+def node_selector_matches(pod: PodInfo, node: NodeInfo, usage: NodeUsage) -> Reasons:
     """Every ``nodeSelector`` label is on the node, and the required node affinity holds."""
-    labels = _labels(node)
-    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-    if all(labels.get(key) == value for key, value in selector.items()) and required_affinity_matches(pod, node):
+    labels = node.labels
+    if all(labels.get(key) == value for key, value in pod.node_selector.items()) and required_affinity_matches(
+        pod, node
+    ):
         return ()
     return (SELECTOR_MISMATCH,)
 
 
-def resources_fit(pod: Obj, node: Obj, usage: NodeUsage) -> Reasons:
+def resources_fit(pod: PodInfo, node: NodeInfo, usage: NodeUsage) -> Reasons:
     """The pod's requests fit in what the node offers minus what its pods already requested; one reason per shortage."""
-    offered, wanted = node_allocatable(node), pod_requests(pod)
+    offered, wanted = node.allocatable, pod.requests
     reasons = []
     if offered.pods is not None and usage.pods + 1 > offered.pods:
         reasons.append(TOO_MANY_PODS)
@@ -152,7 +139,7 @@ PREDICATES: tuple[Predicate, ...] = (node_ready, node_schedulable, taints_tolera
                                      resources_fit)
 
 
-def unfit_reasons(pod: Obj, node: Obj, usage: NodeUsage) -> Reasons:
+def unfit_reasons(pod: PodInfo, node: NodeInfo, usage: NodeUsage) -> Reasons:
     """The reasons of the first predicate that refuses the node; empty when the node fits."""
     for predicate in PREDICATES:
         reasons = predicate(pod, node, usage)
@@ -161,17 +148,49 @@ def unfit_reasons(pod: Obj, node: Obj, usage: NodeUsage) -> Reasons:
     return ()
 
 
-def filter_nodes(pod: Obj, nodes: Iterable[Obj], usage: Mapping[str, NodeUsage]) -> tuple[list[Obj], Counter[str]]:
-    """The nodes the pod fits on, and how many nodes were refused for each reason."""
-    feasible: list[Obj] = []
+def feasible_nodes_to_find(total: int, percentage: int) -> int:
+    """How many fitting nodes to look for among ``total``, as kube-scheduler's ``numFeasibleNodesToFind``.
+
+    ``percentage`` 0 is adaptive: 50 % of a small cluster, one point less per 125 nodes, never under 5 %;
+    whatever the share, at least 100 nodes (all of a smaller cluster); 100 means every node.
+    """
+    if total < MIN_FEASIBLE_NODES or percentage >= 100:
+        return total
+    share = percentage or max(MIN_ADAPTIVE_PERCENTAGE, ADAPTIVE_BASE_PERCENTAGE - total // NODES_PER_PERCENT)
+    return max(MIN_FEASIBLE_NODES, total * share // 100)
+
+
+@dataclass(frozen=True)
+class Filtered:
+    """The nodes found fitting, the refusals of those that did not, and how many nodes were judged."""
+
+    feasible: list[NodeInfo]
+    refusals: Counter[str]
+    visited: int
+
+
+def filter_nodes(pod: PodInfo, nodes: Sequence[NodeInfo], usage: Mapping[str, NodeUsage], start: int = 0,
+                 wanted: int | None = None) -> Filtered:
+    """Judge the nodes from index ``start`` on, wrapping around, until ``wanted`` fit (default: judge them all).
+
+    When fewer than ``wanted`` fit, every node has been judged, so a pod that fits
+    nowhere gets refusals counted over the whole cluster.
+    """
+    feasible: list[NodeInfo] = []
     refusals: Counter[str] = Counter()
-    for node in nodes:
-        reasons = unfit_reasons(pod, node, usage.get(node_name(node), NO_USAGE))
+    total = len(nodes)
+    wanted = total if wanted is None else wanted
+    visited = 0
+    for visited in range(1, total + 1):
+        node = nodes[(start + visited - 1) % total]
+        reasons = unfit_reasons(pod, node, usage.get(node.name, NO_USAGE))
         if reasons:
             refusals.update(reasons)
-        else:
-            feasible.append(node)
-    return feasible, refusals
+            continue
+        feasible.append(node)
+        if len(feasible) >= wanted:
+            break
+    return Filtered(feasible, refusals, visited)
 
 
 def failure_message(total_nodes: int, refusals: Mapping[str, int]) -> str:

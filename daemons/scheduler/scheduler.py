@@ -1,11 +1,14 @@
 """The scheduling loop: informers over pods and nodes feed a work queue of pod keys; each is placed and bound.
 
 A key is handled from what the caches say now (level-triggered): a pod that
-still wants a node is filtered against every node, one fitting node is chosen
-by the strategy and counted on it at once, and the binding is written. A pod
-that fits nowhere gets a FailedScheduling event and PodScheduled=False, and
-comes back after the work queue's back-off, or sooner when a node changes or
-a bound pod goes away and frees room.
+still wants a node is judged against the cached nodes (all of them, or on a
+large cluster enough of them, from where the last pod stopped), one fitting node
+is chosen by the strategy and the pod is counted on it at once (assumed), and
+the binding is written in the background by a bounded pool. A failed binding
+forgets the assumption and brings the pod back after back-off. A pod that fits
+nowhere gets a FailedScheduling event and PodScheduled=False, and comes back
+after the work queue's back-off, or sooner when a node changes or a bound pod
+goes away and frees room.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from daemons.machinery.controller import Controller, TemporaryError
 from daemons.machinery.events import EventRecorder
 from daemons.machinery.informer import Informer, wait_all_synced
 from daemons.machinery.keys import key_of, resource_version, split_key
-from daemons.scheduler.cache import UsageCache
-from daemons.scheduler.predicates import failure_message, filter_nodes, ready_status
+from daemons.scheduler.binder import BindPool
+from daemons.scheduler.cache import NodeCache, UsageCache
+from daemons.scheduler.facts import pod_info
+from daemons.scheduler.predicates import failure_message, feasible_nodes_to_find, filter_nodes
 from daemons.scheduler.settings import SchedulerSettings
 from daemons.scheduler.strategies import STRATEGIES, StrategyState
-from daemons.scheduler.usage import Obj, is_terminal, pod_requests
+from daemons.scheduler.usage import Obj, is_terminal
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,7 @@ FINAL_CONFLICTS = ("already assigned", "being deleted")
 ATTEMPTS = Counter("minik8s_scheduler_schedule_attempts_total", "Scheduling attempts by result", ["result"])
 ATTEMPT_SECONDS = Histogram("minik8s_scheduler_scheduling_attempt_duration_seconds",
                             "Time to place (and bind) one pod", ["result"])
+BIND_SECONDS = Histogram("minik8s_scheduler_binding_duration_seconds", "Time to write one binding", ["result"])
 
 
 def _now() -> str:
@@ -71,17 +77,6 @@ def pod_changed_for_scheduling(old: Obj, new: Obj) -> bool:
     such as our own PodScheduled condition, cannot, and must not cut its back-off short.
     """
     return resource_version(old) == resource_version(new) or old.get("spec") != new.get("spec")
-
-
-def _scheduling_view(node: Obj) -> tuple[object, ...]:
-    """The parts of a node that predicates read; heartbeats change none of them."""
-    metadata, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
-    return (metadata.get("labels"), spec.get("unschedulable"), spec.get("taints"), status.get("allocatable"),
-            status.get("capacity"), ready_status(node))
-
-
-def node_changed_for_scheduling(old: Obj, new: Obj) -> bool:
-    return _scheduling_view(old) != _scheduling_view(new)
 
 
 def binding(pod: Obj, node: str) -> Obj:
@@ -115,8 +110,11 @@ class Scheduler:
         self.client = client
         self.scheduler_name = settings.scheduler_name
         self.strategy = STRATEGIES[settings.strategy]
+        self.percentage = settings.percentage_of_nodes_to_score
         self.state = StrategyState()
         self.cache = UsageCache()
+        self.node_cache = NodeCache()
+        self.binder = BindPool(settings.bind_workers)
         self.recorder = EventRecorder(client, settings.scheduler_name)
         self.controller = Controller("scheduler", self.sync, settings.workers, base_delay=INITIAL_BACKOFF_SECONDS,
                                      max_delay=MAX_BACKOFF_SECONDS)
@@ -126,9 +124,13 @@ class Scheduler:
                              resync_seconds=settings.resync_seconds, on_add=self._pod_added,
                              on_update=self._pod_updated, on_delete=self._pod_deleted)
         self.nodes = Informer(client, NODES, amqp_url=settings.amqp_url, queue_name=f"{prefix}.nodes",
-                              resync_seconds=settings.resync_seconds, on_add=self._node_added,
-                              on_update=self._node_updated)
-        self._placing = threading.Lock()  # choosing a node and counting the pod on it is one step
+                              resync_seconds=settings.resync_seconds, on_add=self._node_changed,
+                              on_update=lambda old, new: self._node_changed(new), on_delete=self.node_cache.remove)
+        self._placing = threading.Lock()  # choosing a node, counting the pod on it and moving the start are one step
+        self._next_start = 0  # where the next pod's walk over the nodes begins
+        # Pods that found no node (or are being placed): what a node change or freed room sends back to the queue.
+        self._pending: set[str] = set()
+        self._pending_lock = threading.Lock()
         self._stopping = threading.Event()
 
     # --- lifecycle ----------------------------------------------------------------------------------
@@ -145,6 +147,7 @@ class Scheduler:
                 self._stopping.wait()
         finally:
             self.controller.stop()
+            self.binder.shutdown()
             self.pods.stop(INFORMER_STOP_SECONDS)
             self.nodes.stop(INFORMER_STOP_SECONDS)
 
@@ -166,69 +169,98 @@ class Scheduler:
             self.controller.enqueue(key_of(new))
 
     def _pod_deleted(self, pod: Obj) -> None:
+        self._set_pending(key_of(pod), False)
         if self.cache.remove(pod):
             self._enqueue_pending()
 
-    def _node_added(self, node: Obj) -> None:
-        self._enqueue_pending()
-
-    def _node_updated(self, old: Obj, new: Obj) -> None:
-        if node_changed_for_scheduling(old, new):
+    def _node_changed(self, node: Obj) -> None:
+        """A new node, or one whose facts changed (a heartbeat changes none): pending pods may fit now."""
+        if self.node_cache.update(node):
             self._enqueue_pending()
 
+    def _set_pending(self, key: str, pending: bool) -> None:
+        with self._pending_lock:
+            if pending:
+                self._pending.add(key)
+            else:
+                self._pending.discard(key)
+
     def _enqueue_pending(self) -> None:
-        """Look at every pending pod again now: room was made, or the nodes changed."""
-        for pod in self.pods.store.list():
-            key = key_of(pod)
-            if wants_scheduling(pod, self.scheduler_name) and not self.cache.is_assumed(key):
-                self.controller.enqueue(key)
+        """Look at every pod that found no node again now: room was made, or the nodes changed."""
+        with self._pending_lock:
+            keys = list(self._pending)
+        for key in keys:
+            self.controller.enqueue(key)
 
     # --- scheduling one pod -------------------------------------------------------------------------
 
     def sync(self, key: str) -> None:
-        """Place and bind the pod ``key`` if it still needs a node; TemporaryError brings it back after back-off."""
+        """Place the pod ``key`` if it still needs a node and hand its binding to the pool.
+
+        An assumed pod is skipped, so a pod never has two bindings in flight; a pod that
+        fits nowhere raises TemporaryError and comes back after back-off.
+        """
         pod = self.pods.store.get_by_key(key)
         if pod is None or not wants_scheduling(pod, self.scheduler_name) or self.cache.is_assumed(key):
+            self._set_pending(key, False)
             return
+        # Marked before judging, so a node that appears meanwhile sends the pod round again.
+        self._set_pending(key, True)
         started = time.monotonic()
-        result = "error"
         try:
             node, message = self._place(key, pod)
-            if node is None:
-                result = "unschedulable"
-                self._report_unschedulable(key, pod, message)
-                raise TemporaryError(message)
-            self._bind(key, pod, node)
-            result = "scheduled"
-        finally:
-            ATTEMPTS.labels(result).inc()
-            ATTEMPT_SECONDS.labels(result).observe(time.monotonic() - started)
+        except Exception:
+            self._attempted("error", started)
+            raise
+        if node is None:
+            self._attempted("unschedulable", started)
+            self._report_unschedulable(key, pod, message)
+            raise TemporaryError(message)
+        self._set_pending(key, False)
+        self.binder.submit(lambda: self._bind(key, pod, node, started))
+
+    @staticmethod
+    def _attempted(result: str, started: float) -> None:
+        ATTEMPTS.labels(result).inc()
+        ATTEMPT_SECONDS.labels(result).observe(time.monotonic() - started)
 
     def _place(self, key: str, pod: Obj) -> tuple[str | None, str]:
         """The chosen node, already counted for the pod, or None and the FailedScheduling message."""
+        facts = pod_info(pod)
         with self._placing:
-            nodes = self.nodes.store.list()
+            nodes = self.node_cache.nodes()
             usage = self.cache.snapshot()
-            feasible, refusals = filter_nodes(pod, nodes, usage)
-            if not feasible:
-                return None, failure_message(len(nodes), refusals)
-            node = self.strategy(pod, feasible, usage, self.state)
+            start = self._next_start % len(nodes) if nodes else 0
+            found = filter_nodes(facts, nodes, usage, start, feasible_nodes_to_find(len(nodes), self.percentage))
+            self._next_start = start + found.visited
+            if not found.feasible:
+                return None, failure_message(len(nodes), found.refusals)
+            node = self.strategy(facts, found.feasible, usage, self.state)
             self.state = replace(self.state, last_node=node)
-            self.cache.assume(key, node, pod_requests(pod))
+            self.cache.assume(key, node, facts.requests)
             return node, ""
 
-    def _bind(self, key: str, pod: Obj, node: str) -> None:
+    def _bind(self, key: str, pod: Obj, node: str, started: float) -> None:
+        """Write the binding (on the pool); a failure forgets the assumption and, unless final, requeues the pod."""
         namespace, name = split_key(key)
+        posted = time.monotonic()
         try:
             self.client.request("POST", PODS.path(namespace, name, "binding"), json=binding(pod, node))
         except Exception as error:
+            BIND_SECONDS.labels("error").observe(time.monotonic() - posted)
+            self._attempted("error", started)
             self.cache.forget(key)
-            if not isinstance(error, APIError | ConnectionFailed):
-                raise
-            if _refused_for_good(error):
+            if isinstance(error, APIError | ConnectionFailed) and _refused_for_good(error):
                 log.info("%s: not bound to %s, dropped: %s", key, node, error)
                 return
-            raise TemporaryError(f"binding to {node} failed: {error}") from error
+            if isinstance(error, APIError | ConnectionFailed):
+                log.info("%s: binding to %s failed, retrying: %s", key, node, error)
+            else:
+                log.exception("%s: binding to %s failed, retrying", key, node)
+            self.controller.queue.add_rate_limited(key)
+            return
+        BIND_SECONDS.labels("bound").observe(time.monotonic() - posted)
+        self._attempted("scheduled", started)
         log.info("%s: bound to %s", key, node)
         self.recorder.record(pod, "Normal", "Scheduled", f"Successfully assigned {key} to {node}")
 

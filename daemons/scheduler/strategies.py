@@ -1,7 +1,8 @@
 """Choosing one node among those a pod fits on: pure functions ``(pod, nodes, usage, state) -> node name``.
 
-``nodes`` is never empty. Ties go to the node whose name sorts first, so the
-same cluster state always gives the same choice (``Random`` aside).
+``nodes`` (those found fitting: all of them, or a sample on a large cluster) is
+never empty. Ties go to the node whose name sorts first, so the same cluster
+state always gives the same choice (``Random`` aside).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from daemons.scheduler.usage import NO_USAGE, NodeUsage, Obj, node_allocatable, node_name, pod_requests
+from daemons.scheduler.facts import NodeInfo, PodInfo
+from daemons.scheduler.usage import NO_USAGE, NodeUsage
 
 
 @dataclass(frozen=True)
@@ -21,30 +23,27 @@ class StrategyState:
     rng: random.Random = field(default_factory=random.Random, compare=False)
 
 
-Strategy = Callable[[Obj, Sequence[Obj], Mapping[str, NodeUsage], StrategyState], str]
+Strategy = Callable[[PodInfo, Sequence[NodeInfo], Mapping[str, NodeUsage], StrategyState], str]
 
 
-def _names(nodes: Sequence[Obj]) -> list[str]:
-    return sorted(node_name(node) for node in nodes)
-
-
-def round_robin(pod: Obj, nodes: Sequence[Obj], usage: Mapping[str, NodeUsage], state: StrategyState) -> str:
+def round_robin(pod: PodInfo, nodes: Sequence[NodeInfo], usage: Mapping[str, NodeUsage], state: StrategyState) -> str:
     """The first node by name after the last one chosen, wrapping around.
 
     Going by name rather than by position keeps the rotation fair when the set of
     feasible nodes differs from pod to pod.
     """
-    names = _names(nodes)
-    later = [name for name in names if state.last_node is not None and name > state.last_node]
-    return (later or names)[0]
+    names = [node.name for node in nodes]
+    last = state.last_node
+    later = [name for name in names if name > last] if last is not None else names
+    return min(later or names)
 
 
-def random_node(pod: Obj, nodes: Sequence[Obj], usage: Mapping[str, NodeUsage], state: StrategyState) -> str:
-    return state.rng.choice(_names(nodes))
+def random_node(pod: PodInfo, nodes: Sequence[NodeInfo], usage: Mapping[str, NodeUsage], state: StrategyState) -> str:
+    return state.rng.choice(sorted(node.name for node in nodes))
 
 
-def least_pods(pod: Obj, nodes: Sequence[Obj], usage: Mapping[str, NodeUsage], state: StrategyState) -> str:
-    return min(_names(nodes), key=lambda name: (usage.get(name, NO_USAGE).pods, name))
+def least_pods(pod: PodInfo, nodes: Sequence[NodeInfo], usage: Mapping[str, NodeUsage], state: StrategyState) -> str:
+    return min((usage.get(node.name, NO_USAGE).pods, node.name) for node in nodes)[1]
 
 
 def _fraction(used: int, offered: int | None) -> float:
@@ -52,23 +51,23 @@ def _fraction(used: int, offered: int | None) -> float:
     return used / offered if offered else 0.0
 
 
-def _least_share(nodes: Sequence[Obj], usage: Mapping[str, NodeUsage], wanted: int, resource: str) -> str:
+def _least_share(nodes: Sequence[NodeInfo], usage: Mapping[str, NodeUsage], wanted: int, resource: str) -> str:
     """The node whose requested share of ``resource`` ("cpu" or "memory") is lowest once ``wanted`` is added."""
 
-    def share(node: Obj) -> tuple[float, str]:
-        name = node_name(node)
-        used = getattr(usage.get(name, NO_USAGE).requested, resource) + wanted
-        return _fraction(used, getattr(node_allocatable(node), resource)), name
+    def share(node: NodeInfo) -> tuple[float, str]:
+        used = getattr(usage.get(node.name, NO_USAGE).requested, resource) + wanted
+        return _fraction(used, getattr(node.allocatable, resource)), node.name
 
     return min(share(node) for node in nodes)[1]
 
 
-def least_cpu(pod: Obj, nodes: Sequence[Obj], usage: Mapping[str, NodeUsage], state: StrategyState) -> str:
-    return _least_share(nodes, usage, pod_requests(pod).cpu, "cpu")
+def least_cpu(pod: PodInfo, nodes: Sequence[NodeInfo], usage: Mapping[str, NodeUsage], state: StrategyState) -> str:
+    return _least_share(nodes, usage, pod.requests.cpu, "cpu")
 
 
-def least_memory(pod: Obj, nodes: Sequence[Obj], usage: Mapping[str, NodeUsage], state: StrategyState) -> str:
-    return _least_share(nodes, usage, pod_requests(pod).memory, "memory")
+def least_memory(pod: PodInfo, nodes: Sequence[NodeInfo], usage: Mapping[str, NodeUsage],
+                 state: StrategyState) -> str:
+    return _least_share(nodes, usage, pod.requests.memory, "memory")
 
 
 STRATEGIES: dict[str, Strategy] = {

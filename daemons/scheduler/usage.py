@@ -53,6 +53,9 @@ class NodeUsage:
     def plus(self, requests: Resources) -> NodeUsage:
         return NodeUsage(self.requested + requests, self.pods + 1)
 
+    def minus(self, requests: Resources) -> NodeUsage:
+        return NodeUsage(self.requested - requests, self.pods - 1)
+
 
 NO_USAGE = NodeUsage()
 

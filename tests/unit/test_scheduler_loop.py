@@ -1,4 +1,4 @@
-"""The scheduling loop against a fake API: binding, assumed pods in a burst, refusals, retries and requeues."""
+"""The scheduling loop against a fake API: binding in the background, assumed pods in a burst, refusals, retries."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import itertools
 import pytest
 
 from daemons.api.errors import Conflict, ConnectionFailed, NotFound
+from daemons.scheduler.cache import NodeCache
 from daemons.scheduler.scheduler import (
     Scheduler,
     binding,
-    node_changed_for_scheduling,
     pod_changed_for_scheduling,
     unschedulable_condition,
     wants_scheduling,
@@ -96,9 +96,10 @@ def make_scheduler(api, strategy="RoundRobin", nodes=()):
 
 
 def drain(scheduler):
-    """Sync every key that is ready now."""
+    """Sync every key that is ready now, and wait for the bindings handed to the pool."""
     while scheduler.controller.process_next(timeout=0):
         pass
+    assert scheduler.binder.join(timeout=10)
 
 
 def test_pods_are_bound_round_robin_with_a_scheduled_event(api):
@@ -106,10 +107,11 @@ def test_pods_are_bound_round_robin_with_a_scheduled_event(api):
     for index in range(4):
         scheduler.pods.handle_event(event("ADDED", pod(f"p{index}")))
     drain(scheduler)
-    assert api.bindings == [("p0", "a"), ("p1", "b"), ("p2", "c"), ("p3", "a")]
-    scheduled = [item for item in api.events if item["reason"] == "Scheduled"]
-    assert scheduled[0]["message"] == "Successfully assigned ns/p0 to a"
-    assert scheduled[0]["source"] == {"component": "default-scheduler"}
+    assert sorted(api.bindings) == [("p0", "a"), ("p1", "b"), ("p2", "c"), ("p3", "a")]
+    scheduled = {item["involvedObject"]["name"]: item for item in api.events if item["reason"] == "Scheduled"}
+    assert scheduled["p0"]["message"] == "Successfully assigned ns/p0 to a"
+    assert scheduled["p0"]["source"] == {"component": "default-scheduler"}
+    assert len(scheduled) == 4
 
 
 def test_a_burst_counts_assumed_pods_before_the_watch_catches_up(api):
@@ -219,8 +221,10 @@ def test_a_failed_binding_is_retried(api, error):
     scheduler.pods.handle_event(event("ADDED", pod("p", cpu="1")))
     drain(scheduler)
     assert not scheduler.cache.is_assumed("ns/p")
-    assert scheduler.controller.queue.num_requeues("ns/p") == 1
+    assert api.bindings == []
+    assert scheduler.controller.queue.delayed == 1, "the retry waits for its back-off"
     assert scheduler.controller.process_next(timeout=5)
+    drain(scheduler)
     assert api.bindings == [("p", "a")]
 
 
@@ -254,10 +258,13 @@ def test_which_changes_call_for_another_look():
     assert pod_changed_for_scheduling(old, dict(old)), "a resync"
     assert not pod_changed_for_scheduling(old, revise(old, status={"phase": "Pending", "conditions": []}))
     assert pod_changed_for_scheduling(old, revise(old, spec={**old["spec"], "nodeSelector": {"a": "b"}}))
+    nodes = NodeCache()
     base = node("a")
-    assert not node_changed_for_scheduling(base, revise(base, status={**base["status"], "nodeInfo": {}}))
-    assert node_changed_for_scheduling(base, revise(base, spec={"unschedulable": True}))
-    assert node_changed_for_scheduling(base, node("a", ready="False"))
+    assert nodes.update(base), "a new node"
+    assert not nodes.update(revise(base, status={**base["status"], "nodeInfo": {}})), "a heartbeat"
+    assert nodes.update(revise(base, spec={"unschedulable": True}))
+    assert nodes.update(node("a", ready="False"))
+    assert [item.name for item in nodes.nodes()] == ["a"]
 
 
 def test_binding_body():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from daemons.api.tolerations import tolerates
+from daemons.scheduler.facts import node_info, pod_info
 from daemons.scheduler.predicates import (
     INSUFFICIENT_CPU,
     INSUFFICIENT_MEMORY,
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.unit
 GI = 2**30
 
 
-def node(name="n1", *, ready="True", labels=None, taints=None, unschedulable=None, cpu="2", memory="4Gi",
+def node_obj(name="n1", *, ready="True", labels=None, taints=None, unschedulable=None, cpu="2", memory="4Gi",
          pods="110", status=True):
     spec = {}
     if taints is not None:
@@ -44,6 +45,10 @@ def node(name="n1", *, ready="True", labels=None, taints=None, unschedulable=Non
     return obj
 
 
+def node(name="n1", **fields):
+    return node_info(node_obj(name, **fields))
+
+
 def pod(*, cpu=None, memory=None, selector=None, tolerations=None, affinity=None):
     requests = {key: value for key, value in (("cpu", cpu), ("memory", memory)) if value}
     spec = {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests}}]}
@@ -53,7 +58,7 @@ def pod(*, cpu=None, memory=None, selector=None, tolerations=None, affinity=None
         spec["tolerations"] = tolerations
     if affinity is not None:
         spec["affinity"] = affinity
-    return {"metadata": {"name": "p", "namespace": "default"}, "spec": spec}
+    return pod_info({"metadata": {"name": "p", "namespace": "default"}, "spec": spec})
 
 
 # --- tolerations --------------------------------------------------------------------------------------
@@ -190,9 +195,9 @@ def test_a_resource_the_node_does_not_report_is_not_limited():
 
 
 def test_allocatable_falls_back_to_capacity():
-    bare = node(cpu=None)
+    bare = node_obj(cpu=None)
     bare["status"]["capacity"] = {"cpu": "1"}
-    assert resources_fit(pod(cpu="2"), bare, NO_USAGE) == (INSUFFICIENT_CPU,)
+    assert resources_fit(pod(cpu="2"), node_info(bare), NO_USAGE) == (INSUFFICIENT_CPU,)
 
 
 # --- combining ------------------------------------------------------------------------------------------
@@ -206,23 +211,23 @@ def test_a_node_is_judged_by_the_first_predicate_that_refuses_it():
 
 def test_filter_counts_reasons_and_the_message_reads_like_kubectl():
     nodes = [node("a", labels={"disk": "hdd"}), node("b", labels={"disk": "ssd"}), node("c", labels={"disk": "ssd"})]
-    feasible, refusals = filter_nodes(pod(cpu="3", selector={"disk": "ssd"}), nodes, {})
-    assert feasible == []
-    assert failure_message(len(nodes), refusals) == (
+    found = filter_nodes(pod(cpu="3", selector={"disk": "ssd"}), nodes, {})
+    assert found.feasible == []
+    assert failure_message(len(nodes), found.refusals) == (
         "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 Insufficient cpu."
     )
 
 
 def test_filter_uses_each_nodes_own_usage():
     nodes = [node("a"), node("b")]
-    feasible, refusals = filter_nodes(pod(cpu="1"), nodes, {"a": used(1500, 0, 1)})
-    assert [item["metadata"]["name"] for item in feasible] == ["b"]
-    assert refusals == {INSUFFICIENT_CPU: 1}
+    found = filter_nodes(pod(cpu="1"), nodes, {"a": used(1500, 0, 1)})
+    assert [item.name for item in found.feasible] == ["b"]
+    assert found.refusals == {INSUFFICIENT_CPU: 1}
 
 
 def test_the_message_counts_a_node_once_per_shortage_and_sorts_reasons():
     nodes = [node("a", ready="False"), node("b", cpu="1", memory="1Gi"), node("c", unschedulable=True)]
-    _, refusals = filter_nodes(pod(cpu="2", memory="2Gi"), nodes, {})
+    refusals = filter_nodes(pod(cpu="2", memory="2Gi"), nodes, {}).refusals
     assert failure_message(3, refusals) == ("0/3 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
                                             "1 node(s) were not ready, 1 node(s) were unschedulable.")
 

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from daemons.scheduler.facts import node_info, pod_info
 from daemons.scheduler.strategies import (
     STRATEGIES,
     StrategyState,
@@ -23,13 +24,14 @@ GI = 2**30
 
 
 def node(name, cpu="2", memory="4Gi"):
-    return {"metadata": {"name": name}, "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"}}}
+    return node_info({"metadata": {"name": name},
+                      "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"}}})
 
 
 def pod(cpu=None, memory=None):
     requests = {key: value for key, value in (("cpu", cpu), ("memory", memory)) if value}
-    return {"metadata": {"name": "p", "namespace": "ns"},
-            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}]}}
+    return pod_info({"metadata": {"name": "p", "namespace": "ns"},
+                     "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": requests}}]}})
 
 
 NODES = [node("c"), node("a"), node("b")]
@@ -82,7 +84,7 @@ def test_least_memory_compares_shares_after_placing():
 
 
 def test_a_node_reporting_no_figure_counts_as_empty():
-    bare = {"metadata": {"name": "z"}, "status": {}}
+    bare = node_info({"metadata": {"name": "z"}, "status": {}})
     usage = {"a": NodeUsage(Resources(cpu=1), 1)}
     assert least_cpu(pod(cpu="1"), [node("a"), bare], usage, StrategyState()) == "z"
 

@@ -33,12 +33,17 @@ class Placement:
 
 
 class NodeCache:
-    """Each node's facts by name, in a stable order (a node keeps its place when it changes); thread-safe."""
+    """Each node's facts, in the order of their names; thread-safe.
+
+    The order is rebuilt only when a node comes, goes or changes its facts, and
+    lazily, so a burst of registrations costs one sort.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._infos: dict[str, NodeInfo] = {}
-        self._order: tuple[NodeInfo, ...] = ()
+        self._order: tuple[NodeInfo, ...] | None = ()
+        self._positions: dict[str, int] = {}
 
     def update(self, node: Obj) -> bool:
         """Take in a node's current state; True when it changed anything a pod's fit depends on."""
@@ -47,17 +52,30 @@ class NodeCache:
             if self._infos.get(info.name) == info:
                 return False
             self._infos[info.name] = info
-            self._order = tuple(self._infos.values())
+            self._order = None
             return True
 
     def remove(self, node: Obj) -> None:
         with self._lock:
             if self._infos.pop(node_name(node), None) is not None:
-                self._order = tuple(self._infos.values())
+                self._order = None
+
+    def _ordered_locked(self) -> tuple[NodeInfo, ...]:
+        if self._order is None:
+            self._order = tuple(sorted(self._infos.values(), key=lambda info: info.name))
+            self._positions = {info.name: index for index, info in enumerate(self._order)}
+        return self._order
 
     def nodes(self) -> tuple[NodeInfo, ...]:
+        """Every node's facts, sorted by name."""
         with self._lock:
-            return self._order
+            return self._ordered_locked()
+
+    def position(self, name: str) -> int | None:
+        """Where the node ``name`` stands in ``nodes()``; None when it is not cached."""
+        with self._lock:
+            self._ordered_locked()
+            return self._positions.get(name)
 
 
 class UsageCache:

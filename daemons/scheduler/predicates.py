@@ -8,7 +8,7 @@ the refusals of all nodes add up to the FailedScheduling message
 
 Like kube-scheduler's ``percentageOfNodesToScore``, a pod need not be judged
 against every node of a large cluster: ``filter_nodes`` walks the nodes from a
-rotating start and stops once it has found enough that fit.
+given start, wrapping around, and stops once it has found enough that fit.
 """
 
 from __future__ import annotations
@@ -139,9 +139,18 @@ PREDICATES: tuple[Predicate, ...] = (node_ready, node_schedulable, taints_tolera
                                      resources_fit)
 
 
-def unfit_reasons(pod: PodInfo, node: NodeInfo, usage: NodeUsage) -> Reasons:
+def predicates_for(pod: PodInfo) -> tuple[Predicate, ...]:
+    """The predicates that can refuse a node to ``pod``, in order: without a selector or required affinity,
+    node selection passes everywhere and is not asked."""
+    if pod.node_selector or pod.required_terms is not None:
+        return PREDICATES
+    return tuple(predicate for predicate in PREDICATES if predicate is not node_selector_matches)
+
+
+def unfit_reasons(pod: PodInfo, node: NodeInfo, usage: NodeUsage,
+                  predicates: tuple[Predicate, ...] = PREDICATES) -> Reasons:
     """The reasons of the first predicate that refuses the node; empty when the node fits."""
-    for predicate in PREDICATES:
+    for predicate in predicates:
         reasons = predicate(pod, node, usage)
         if reasons:
             return reasons
@@ -162,11 +171,10 @@ def feasible_nodes_to_find(total: int, percentage: int) -> int:
 
 @dataclass(frozen=True)
 class Filtered:
-    """The nodes found fitting, the refusals of those that did not, and how many nodes were judged."""
+    """The nodes found fitting, in the order judged, and the refusals of those judged that did not fit."""
 
     feasible: list[NodeInfo]
     refusals: Counter[str]
-    visited: int
 
 
 def filter_nodes(pod: PodInfo, nodes: Sequence[NodeInfo], usage: Mapping[str, NodeUsage], start: int = 0,
@@ -180,17 +188,17 @@ def filter_nodes(pod: PodInfo, nodes: Sequence[NodeInfo], usage: Mapping[str, No
     refusals: Counter[str] = Counter()
     total = len(nodes)
     wanted = total if wanted is None else wanted
-    visited = 0
-    for visited in range(1, total + 1):
-        node = nodes[(start + visited - 1) % total]
-        reasons = unfit_reasons(pod, node, usage.get(node.name, NO_USAGE))
+    predicates = predicates_for(pod)
+    for offset in range(total):
+        node = nodes[(start + offset) % total]
+        reasons = unfit_reasons(pod, node, usage.get(node.name, NO_USAGE), predicates)
         if reasons:
             refusals.update(reasons)
             continue
         feasible.append(node)
         if len(feasible) >= wanted:
             break
-    return Filtered(feasible, refusals, visited)
+    return Filtered(feasible, refusals)
 
 
 def failure_message(total_nodes: int, refusals: Mapping[str, int]) -> str:

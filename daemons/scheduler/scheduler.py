@@ -127,7 +127,9 @@ class Scheduler:
                               resync_seconds=settings.resync_seconds, on_add=self._node_changed,
                               on_update=lambda old, new: self._node_changed(new), on_delete=self.node_cache.remove)
         self._placing = threading.Lock()  # choosing a node, counting the pod on it and moving the start are one step
-        self._next_start = 0  # where the next pod's walk over the nodes begins
+        # Where the next pod's walk over the nodes (sorted by name) begins: just after the node the last pod went
+        # to, so that successive samples move round the cluster with the placements and RoundRobin stays a rotation.
+        self._next_start = 0
         # Pods that found no node (or are being placed): what a node change or freed room sends back to the queue.
         self._pending: set[str] = set()
         self._pending_lock = threading.Lock()
@@ -208,7 +210,7 @@ class Scheduler:
         self._set_pending(key, True)
         started = time.monotonic()
         try:
-            node, message = self._place(key, pod)
+            node, message = self.place(key, pod)
         except Exception:
             self._attempted("error", started)
             raise
@@ -224,7 +226,7 @@ class Scheduler:
         ATTEMPTS.labels(result).inc()
         ATTEMPT_SECONDS.labels(result).observe(time.monotonic() - started)
 
-    def _place(self, key: str, pod: Obj) -> tuple[str | None, str]:
+    def place(self, key: str, pod: Obj) -> tuple[str | None, str]:
         """The chosen node, already counted for the pod, or None and the FailedScheduling message."""
         facts = pod_info(pod)
         with self._placing:
@@ -232,11 +234,11 @@ class Scheduler:
             usage = self.cache.snapshot()
             start = self._next_start % len(nodes) if nodes else 0
             found = filter_nodes(facts, nodes, usage, start, feasible_nodes_to_find(len(nodes), self.percentage))
-            self._next_start = start + found.visited
             if not found.feasible:
                 return None, failure_message(len(nodes), found.refusals)
             node = self.strategy(facts, found.feasible, usage, self.state)
             self.state = replace(self.state, last_node=node)
+            self._next_start = (self.node_cache.position(node) or 0) + 1
             self.cache.assume(key, node, facts.requests)
             return node, ""
 

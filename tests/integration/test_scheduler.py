@@ -34,27 +34,33 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory, apiserver: ApiServerProc
         yield process
 
 
-@pytest.fixture(scope="module")
-def cluster(apiserver: ApiServerProcess) -> Iterator[str]:
-    """Three Ready nodes (2 cpu, 4Gi, 110 pods) labelled and tainted with an id unique to this module."""
-    cluster_id = uuid.uuid4().hex[:8]
-    with apiserver.client() as client:
-        for zone in ZONES:
-            name = node_name(cluster_id, zone)
-            client.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {
+@contextlib.contextmanager
+def ready_nodes(api: ApiClient, cluster_id: str, zones: tuple[str, ...]) -> Iterator[list[str]]:
+    """Ready nodes (2 cpu, 4Gi, 110 pods), one per zone, labelled and tainted with ``cluster_id``; deleted after."""
+    names = [node_name(cluster_id, zone) for zone in zones]
+    try:
+        for zone, name in zip(zones, names, strict=True):
+            api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {
                 "name": name, "labels": {LABEL: cluster_id, "zone": zone}},
                 "spec": {"taints": [module_taint(cluster_id)]}})
-            client.patch(NODES, name, {"status": {
+            api.patch(NODES, name, {"status": {
                 "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
                 "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
                 "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}},
                 subresource="status")
-        try:
-            yield cluster_id
-        finally:
-            for zone in ZONES:
-                with contextlib.suppress(NotFound):
-                    client.delete(NODES, node_name(cluster_id, zone))
+        yield names
+    finally:
+        for name in names:
+            with contextlib.suppress(NotFound):
+                api.delete(NODES, name)
+
+
+@pytest.fixture(scope="module")
+def cluster(apiserver: ApiServerProcess) -> Iterator[str]:
+    """Three Ready nodes labelled and tainted with an id unique to this module."""
+    cluster_id = uuid.uuid4().hex[:8]
+    with apiserver.client() as client, ready_nodes(client, cluster_id, ZONES):
+        yield cluster_id
 
 
 def node_name(cluster_id: str, zone: str) -> str:
@@ -220,3 +226,37 @@ def test_a_second_scheduler_on_the_http_watch_takes_only_its_own_pods(scheduler,
         assert "for-other" not in scheduler.log_file.read_text()
     finally:
         other.stop()
+
+
+def placements(api: ApiClient, namespace: str) -> dict[str, str]:
+    """Each pod of ``namespace`` and its node ("" while unbound)."""
+    return {item["metadata"]["name"]: item["spec"].get("nodeName") or "" for item in api.list(PODS, namespace)["items"]}
+
+
+def test_a_pool_of_bindings_places_200_pods_on_20_nodes(scheduler, api, namespace):
+    pool_id = uuid.uuid4().hex[:8]
+    with ready_nodes(api, pool_id, tuple(f"z{index:02d}" for index in range(20))) as nodes:
+        names = create_pods(api, namespace, pool_id, 200)
+        placed = wait_for(lambda: placements(api, namespace), lambda now: all(now.values()) and len(now) == 200,
+                          scheduler)
+        assert set(placed) == set(names)
+        assert collections.Counter(placed.values()) == {name: 10 for name in nodes}
+        metrics = httpx.get(scheduler.metrics_url, timeout=5).text
+        assert 'minik8s_scheduler_binding_duration_seconds_count{result="bound"}' in metrics
+
+
+def test_bindings_refused_for_pods_deleted_meanwhile_leave_the_others_bound(scheduler, cluster, api, namespace):
+    """Each doomed pod is deleted as soon as it is created, racing its binding: a binding that finds the pod gone
+    is refused by the apiserver (not found, or being deleted), and every other pod is still bound, once."""
+    kept = []
+    for index in range(40):
+        api.create(PODS, pod(f"doomed{index}", cluster), namespace)
+        api.delete(PODS, f"doomed{index}", namespace, grace_period_seconds=0)
+        kept += create_pods(api, namespace, cluster, 1, prefix=f"kept{index}-")
+    wait_bound(api, namespace, kept, scheduler)
+    after = create_pods(api, namespace, cluster, 3, prefix="after")
+    wait_bound(api, namespace, after, scheduler)
+    assert sorted(placements(api, namespace)) == sorted(kept + after)
+    for name in kept:
+        scheduled = wait_for(lambda name=name: events(api, namespace, name, "Scheduled"), bool, scheduler)
+        assert len(scheduled) == 1, scheduled

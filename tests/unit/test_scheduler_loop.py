@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
 
 import pytest
 
@@ -204,9 +205,30 @@ def test_an_assumed_pod_is_not_bound_twice(api):
     assert api.bindings == [("p", "a")]
 
 
-def test_already_assigned_is_dropped_and_the_assumption_forgotten(api):
+def test_a_pod_is_never_bound_twice_while_its_binding_is_in_flight(api):
+    scheduler = make_scheduler(api, nodes=[node("a"), node("b")])
+    release = threading.Event()
+    posting = api.request
+
+    def slow_request(method, path, **kwargs):
+        assert release.wait(10)
+        return posting(method, path, **kwargs)
+
+    api.request = slow_request
+    scheduler.pods.handle_event(event("ADDED", pod("p")))
+    assert scheduler.controller.process_next(timeout=0)
+    for _ in range(3):  # resyncs while the binding is on its way
+        scheduler.controller.enqueue("ns/p")
+        assert scheduler.controller.process_next(timeout=0)
+    release.set()
+    drain(scheduler)
+    assert api.bindings == [("p", "a")]
+
+
+@pytest.mark.parametrize("error", [Conflict('pod p is already assigned to node "b"'), NotFound('pods "p" not found')])
+def test_a_binding_refused_for_good_is_dropped_and_the_assumption_forgotten(api, error):
     scheduler = make_scheduler(api, nodes=[node("a")])
-    api.binding_errors.append(Conflict('pod p is already assigned to node "b"'))
+    api.binding_errors.append(error)
     scheduler.pods.handle_event(event("ADDED", pod("p", cpu="1")))
     drain(scheduler)
     assert not scheduler.cache.is_assumed("ns/p")

@@ -13,7 +13,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = parse_settings(SchedulerSettings, argv, prog="minik8s-scheduler")
     setup_logging(settings.log_level)
     run_daemon("minik8s-scheduler", settings, settings.metrics_port, lambda client: Scheduler(client, settings),
-               f"scheduling with {settings.strategy}")
+               f"scheduling with {settings.strategy}, {settings.percentage_of_nodes_to_score or 'adaptive'} % of nodes "
+               f"scored, {settings.bind_workers} bind workers")
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ class SchedulerSettings(DaemonSettings):
     workers: int = Field(1, ge=1, description="pods scheduled in parallel")
     percentage_of_nodes_to_score: int = Field(
         0, ge=0, le=100,
-        description="share of the nodes (%) a pod is judged against once enough fit, as kube-scheduler's "
-        "percentageOfNodesToScore: 0 is adaptive (50 % less one point per 125 nodes, at least 5 %), "
-        "100 is every node; never under 100 nodes",
+        description="the share of the nodes (%) that must be found fitting before a pod stops being judged against "
+        "more, as kube-scheduler's percentageOfNodesToScore: 0 is adaptive (50 % less one point per 125 nodes, "
+        "at least 5 %), 100 judges every node; never fewer than 100 nodes",
     )
     bind_workers: int = Field(16, ge=1, description="bindings written in parallel, in the background of placing")
     scheduler_name: str = Field(

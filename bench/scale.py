@@ -10,8 +10,8 @@ per pod, from the moment the bench saw it ADDED: to ``spec.nodeName`` set (bound
 Running. Then ``--latency-pods`` more pods are created one by one at 10/s on the full
 cluster (upstream's density test method) and timed from their create request.
 Meanwhile a probe PATCHes an annotation of one Service every ~100 ms (apiserver write
-latency) and a sampler reads VmRSS of every process group (each daemon with its
-children) once a second.
+latency) and a sampler reads VmRSS and CPU time of every process group (each daemon
+with its children) once a second.
 
 Settings of the bench's control plane: log level WARNING everywhere, resyncs every
 hour (none during a run), the hollow nodes' heartbeat interval stretched so that all
@@ -203,16 +203,20 @@ class ControlPlane:
 # --- what is measured ---------------------------------------------------------------------------------
 
 
-def proc_groups() -> dict[int, list[int]]:
-    """Every process's pid by its process group id, from /proc/<pid>/stat."""
-    groups: dict[int, list[int]] = {}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_groups() -> dict[int, list[tuple[int, float]]]:
+    """Every process as (pid, CPU seconds used) by its process group id, from /proc/<pid>/stat."""
+    groups: dict[int, list[tuple[int, float]]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError, IndexError, ValueError):
             stat = Path(entry.path, "stat").read_text()
-            pgrp = int(stat[stat.rindex(")") + 2:].split()[2])  # after the name: state, ppid, pgrp
-            groups.setdefault(pgrp, []).append(int(entry.name))
+            fields = stat[stat.rindex(")") + 2:].split()  # after the name: state, ppid, pgrp, ... utime, stime
+            cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+            groups.setdefault(int(fields[2]), []).append((int(entry.name), cpu))
     return groups
 
 
@@ -226,28 +230,45 @@ def vm_rss(pid: int) -> int:
 
 
 class RssSampler:
-    """Once a second: each component's RSS (all processes of its groups); keeps each one's peak and the control
-    plane's peak total."""
+    """Once a second: each component's RSS and CPU time (all processes of its groups); keeps each one's peak RSS,
+    the control plane's peak total, and the CPU time used since ``mark()``."""
 
     def __init__(self, groups: Callable[[], dict[str, list[int]]]) -> None:
         self.groups = groups
         self.peak: dict[str, int] = {}
         self.peak_per_kubelet = 0
         self.peak_control_plane = 0
+        self.cpu: dict[str, float] = {}
+        self.cpu_at_mark: dict[str, float] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss", daemon=True)
 
     def sample(self) -> None:
         members = proc_groups()
         totals: dict[str, int] = {}
-        for component, leaders in self.groups().items():
-            sizes = [sum(vm_rss(pid) for pid in members.get(leader, [])) for leader in leaders]
-            totals[component] = sum(sizes)
-            if component == HollowKubeletProcess.name and sizes:
-                self.peak_per_kubelet = max(self.peak_per_kubelet, max(sizes))
-        for component, size in totals.items():
-            self.peak[component] = max(self.peak.get(component, 0), size)
-        self.peak_control_plane = max(self.peak_control_plane, sum(totals.get(c, 0) for c in CONTROL_PLANE))
+        with self._lock:
+            for component, leaders in self.groups().items():
+                processes = [members.get(leader, []) for leader in leaders]
+                sizes = [sum(vm_rss(pid) for pid, _ in group) for group in processes]
+                totals[component] = sum(sizes)
+                cpu = sum(seconds for group in processes for _, seconds in group)
+                self.cpu[component] = max(self.cpu.get(component, 0.0), cpu)
+                if component == HollowKubeletProcess.name and sizes:
+                    self.peak_per_kubelet = max(self.peak_per_kubelet, max(sizes))
+            for component, size in totals.items():
+                self.peak[component] = max(self.peak.get(component, 0), size)
+            self.peak_control_plane = max(self.peak_control_plane, sum(totals.get(c, 0) for c in CONTROL_PLANE))
+
+    def mark(self) -> None:
+        """From now on: the CPU time of the run itself."""
+        self.sample()
+        with self._lock:
+            self.cpu_at_mark = dict(self.cpu)
+
+    def cpu_since_mark(self) -> dict[str, float]:
+        with self._lock:
+            return {name: seconds - self.cpu_at_mark.get(name, 0.0) for name, seconds in self.cpu.items()}
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
@@ -403,10 +424,12 @@ class Result:
     not_ready_at_end: int = 0
     pods_deleted: int = 0
     load: list[float] = field(default_factory=list)  # 1-minute load average at the start and at the end
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per component from the first pod on
+    run_s: float = 0.0  # how long that was
 
 
-def measure(client: ApiClient, plane: ControlPlane, settings: Settings, latency_pods: int, deadline: float,
-            result: Result) -> None:
+def measure(client: ApiClient, plane: ControlPlane, sampler: RssSampler, settings: Settings, latency_pods: int,
+            deadline: float, result: Result) -> None:
     """The run itself, filling ``result`` as it goes (a run cut short by ``deadline`` keeps what it measured)."""
     began = time.monotonic()
     while ready_nodes(client) < settings.nodes:
@@ -418,6 +441,8 @@ def measure(client: ApiClient, plane: ControlPlane, settings: Settings, latency_
           flush=True)
 
     client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    sampler.mark()
+    run_began = time.monotonic()
     timeline = PodTimeline(client, NAMESPACE)
     probe = WriteProbe(client, NAMESPACE)
     probe.start()
@@ -449,6 +474,8 @@ def measure(client: ApiClient, plane: ControlPlane, settings: Settings, latency_
         result.writes, result.write_failures = probe.samples, probe.failures
         result.pods_deleted = timeline.deleted
         timeline.close()
+        sampler.sample()
+        result.cpu, result.run_s = sampler.cpu_since_mark(), time.monotonic() - run_began
     result.not_ready_at_end = settings.nodes - ready_nodes(client)
 
 
@@ -486,7 +513,7 @@ def run_size(settings: Settings, latency_pods: int, size_timeout: float) -> Resu
         plane.start()
         assert plane.apiserver is not None
         with ApiClient(kubeconfig.load(plane.apiserver.kubeconfig), timeout=120) as client:
-            measure(client, plane, settings, latency_pods, deadline, result)
+            measure(client, plane, sampler, settings, latency_pods, deadline, result)
     except (TimeoutError, RuntimeError) as error:
         result.complete = False
         result.note = result.note or f"cut short: {error}"
@@ -530,6 +557,12 @@ def ms(samples: list[float], p: float | None = None) -> str:
     return f"{value * 1000:,.0f} ms"
 
 
+def cpu(result: Result, component: str) -> str:
+    """CPU seconds a component used during the run, and how many cores that kept busy on average."""
+    seconds = result.cpu.get(component, 0.0)
+    return f"{seconds:,.1f} s ({seconds / result.run_s:.2f} cores)" if result.run_s else "-"
+
+
 def verdict(met: bool) -> str:
     return "met" if met else "MISSED"
 
@@ -558,12 +591,14 @@ def figures(result: Result) -> list[tuple[str, str, str]]:
          f"{ms(result.writes, 99)} (max {ms([max(result.writes)] if result.writes else [])})",
          f"<= {TARGET_WRITE_P99:g} s: {verdict(write_p99 <= TARGET_WRITE_P99)}"),
     ]
-    rows += [(f"peak RSS {name}", mib(result.rss.get(name, 0)), "") for name in CONTROL_PLANE]
+    rows += [(f"{name}: peak RSS / CPU in the run", f"{mib(result.rss.get(name, 0))} / {cpu(result, name)}", "")
+             for name in CONTROL_PLANE]
     rows.append(("peak RSS control plane (sum)", mib(result.rss_control_plane),
                  f"<= 4 GiB: {verdict(result.rss_control_plane <= TARGET_CONTROL_PLANE_RSS)}" if at_5000 else ""))
     kubelets = -(-s.nodes // s.nodes_per_kubelet)
-    rows.append((f"peak RSS hollow kubelets ({kubelets})",
-                 f"{mib(result.rss.get(HollowKubeletProcess.name, 0))} (largest {mib(result.rss_per_kubelet)})", ""))
+    rows.append((f"hollow kubelets ({kubelets}): peak RSS / CPU in the run",
+                 f"{mib(result.rss.get(HollowKubeletProcess.name, 0))} / {cpu(result, HollowKubeletProcess.name)}",
+                 f"largest process {mib(result.rss_per_kubelet)}"))
     rows.append(("nodes Ready to start / not Ready at end",
                  f"{result.registered_s:.0f} s / {result.not_ready_at_end}", ""))
     rows.append(("pods deleted during the run (evictions)", str(result.pods_deleted), ""))

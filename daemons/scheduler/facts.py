@@ -37,17 +37,21 @@ class NodeInfo:
     unschedulable: bool
     taints: tuple[Obj, ...]  # the NoSchedule and NoExecute ones, in the node's order
     allocatable: Allocatable
+    open: bool  # Ready, not cordoned, untainted: whatever the pod, only its selector and resources can refuse it
 
 
 def node_info(node: Obj) -> NodeInfo:
     spec = node.get("spec") or {}
+    ready, unschedulable = ready_status(node) == "True", bool(spec.get("unschedulable"))
+    taints = tuple(taint for taint in spec.get("taints") or [] if taint.get("effect") in REPELLING_EFFECTS)
     return NodeInfo(
         name=node_name(node),
         labels=dict((node.get("metadata") or {}).get("labels") or {}),
-        ready=ready_status(node) == "True",
-        unschedulable=bool(spec.get("unschedulable")),
-        taints=tuple(taint for taint in spec.get("taints") or [] if taint.get("effect") in REPELLING_EFFECTS),
+        ready=ready,
+        unschedulable=unschedulable,
+        taints=taints,
         allocatable=node_allocatable(node),
+        open=ready and not unschedulable and not taints,
     )
 
 

@@ -137,6 +137,8 @@ def resources_fit(pod: PodInfo, node: NodeInfo, usage: NodeUsage) -> Reasons:
 
 PREDICATES: tuple[Predicate, ...] = (node_ready, node_schedulable, taints_tolerated, node_selector_matches,
                                      resources_fit)
+# Those passing every pod on an open node (``NodeInfo.open``), so not asked there.
+NODE_STATE_PREDICATES = (node_ready, node_schedulable, taints_tolerated)
 
 
 def predicates_for(pod: PodInfo) -> tuple[Predicate, ...]:
@@ -189,9 +191,10 @@ def filter_nodes(pod: PodInfo, nodes: Sequence[NodeInfo], usage: Mapping[str, No
     total = len(nodes)
     wanted = total if wanted is None else wanted
     predicates = predicates_for(pod)
+    on_open_nodes = tuple(predicate for predicate in predicates if predicate not in NODE_STATE_PREDICATES)
     for offset in range(total):
         node = nodes[(start + offset) % total]
-        reasons = unfit_reasons(pod, node, usage.get(node.name, NO_USAGE), predicates)
+        reasons = unfit_reasons(pod, node, usage.get(node.name, NO_USAGE), on_open_nodes if node.open else predicates)
         if reasons:
             refusals.update(reasons)
             continue

@@ -350,8 +350,8 @@ class PodTimeline:
                     time.sleep(0.5)
 
     def close(self) -> None:
+        """Stop following; the stream itself ends with the apiserver (closing it from here could break TLS)."""
         self._stopping.set()
-        self.client.close()
 
     def _seen(self, event: Obj) -> None:
         now, pod = time.perf_counter(), event["object"]
@@ -514,7 +514,7 @@ def run_size(settings: Settings, latency_pods: int, size_timeout: float) -> Resu
         assert plane.apiserver is not None
         with ApiClient(kubeconfig.load(plane.apiserver.kubeconfig), timeout=120) as client:
             measure(client, plane, sampler, settings, latency_pods, deadline, result)
-    except (TimeoutError, RuntimeError) as error:
+    except Exception as error:  # a failed or cut-short run still reports what it measured
         result.complete = False
         result.note = result.note or f"cut short: {error}"
     finally:

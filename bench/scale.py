@@ -582,7 +582,8 @@ def figures(result: Result) -> list[tuple[str, str, str]]:
         ("create -> bound avg / p99", f"{ms(result.bind)} / {ms(result.bind, 99)}", ""),
         ("create -> Running p50 / p99", f"{ms(result.startup, 50)} / {ms(result.startup, 99)}",
          f"p99 <= {TARGET_STARTUP_P99:g} s: {verdict(startup_p99 <= TARGET_STARTUP_P99)}" if at_1000 else ""),
-        (f"all {s.pods:,} pods Running after", f"{result.all_running_s:,.1f} s", ""),
+        (f"all {s.pods:,} pods Running after" if result.complete else "last pod Running after",
+         f"{result.all_running_s:,.1f} s", ""),
         (f"latency pods ({len(result.latency_startup)} at {LATENCY_POD_RATE:g}/s) -> bound p50 / p99",
          f"{ms(result.latency_bind, 50)} / {ms(result.latency_bind, 99)}", ""),
         ("latency pods -> Running p50 / p99",
@@ -618,11 +619,11 @@ def print_result(result: Result) -> None:
         print(f"  {name:<{width}}{value:>24}   {target}")
 
 
-def markdown(result: Result, host: str, command: str) -> str:
+def markdown(result: Result, host: str, checkout: str, command: str) -> str:
     """One size's section of BENCHMARKS.md, between its markers."""
     s = result.settings
     lines = [f"<!-- scale:{s.nodes} -->", f"### {s.nodes:,} nodes, {s.pods:,} pods", "",
-             f"Machine: {host}. Checkout: {revision()}. Command: `{command}`. {s.describe()}.", ""]
+             f"Machine: {host}. Checkout: {checkout}. Command: `{command}`. {s.describe()}.", ""]
     if result.note:
         lines += [f"**Incomplete run** ({result.note}).", ""]
     lines += ["| figure | measured | target |", "|---|---:|---|"]
@@ -658,7 +659,8 @@ def main() -> None:
 
     host = machine()
     command = " ".join(["bench/scale.py", *sys.argv[1:]])
-    print(f"machine: {host}; checkout {revision()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    checkout = revision()
+    print(f"machine: {host}; checkout {checkout}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for nodes in sizes:
         settings = Settings.for_size(nodes, args.pods, args.nodes_per_kubelet, args.heartbeats_per_second)
         result = run_size(settings, args.latency_pods, args.timeout)
@@ -666,7 +668,7 @@ def main() -> None:
         if args.write:
             path = Path(args.write)
             path.write_text(write_section(path.read_text() if path.exists() else "", nodes,
-                                          markdown(result, host, command)))
+                                          markdown(result, host, checkout, command)))
             print(f"  written to {path}")
 
 

@@ -5,6 +5,11 @@ publisher confirms to the topic exchange ``minik8s.events`` under
 ``<plural>.<namespace>.<name>``. The last confirmed revision is checkpointed in
 etcd, outside ``/registry/``; after any crash or broker outage it resumes from
 the checkpoint, so consumers may see an event twice but never miss one.
+
+Publishes are pipelined: up to ``PUBLISH_WINDOW`` messages wait for the broker's
+confirm at once, and a revision counts as published only when it and every
+revision before it are confirmed. Waiting for each confirm in turn would cap the
+whole cluster's event rate at one broker round trip per event.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import aio_pika
 import aio_pika.abc
@@ -28,6 +36,8 @@ log = logging.getLogger(__name__)
 EXCHANGE = "minik8s.events"
 CHECKPOINT_KEY = "/minik8s/publisher/revision"
 CLUSTER_SCOPE = "_"
+# Messages awaiting the broker's confirm at once; more waits for the oldest to be confirmed.
+PUBLISH_WINDOW = 256
 
 PUBLISHED = Counter("apiserver_events_published_total", "Watch events published to the event bus", ["resource"])
 PUBLISHED_REVISION = Gauge("apiserver_events_published_revision", "The last etcd revision confirmed by the broker")
@@ -126,23 +136,75 @@ class EventPublisher:
             exchange = await channel.declare_exchange(EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True)
             log.info("publishing events from revision %s to %s", start_revision, EXCHANGE)
             events = await self.storage.watch("/registry/", start_revision)
+            pipeline = ConfirmPipeline(self._confirmed)
             last_log = time.monotonic()
-            async for event in events:
-                await self._publish(exchange, event)
-                if time.monotonic() - last_log > 60:
-                    log.info("published up to revision %s", self.published)
-                    last_log = time.monotonic()
+            try:
+                async for event in events:
+                    pipeline.raise_failure()
+                    await pipeline.add(event.revision, self._publish(exchange, event))
+                    if time.monotonic() - last_log > 60:
+                        log.info("published up to revision %s", self.published)
+                        last_log = time.monotonic()
+            finally:
+                pipeline.cancel()
+
+    def _confirmed(self, revision: int) -> None:
+        self.published = revision
+        PUBLISHED_REVISION.set(revision)
 
     async def _publish(self, exchange: aio_pika.abc.AbstractExchange, event: StoredEvent) -> None:
         key = routing_key(event.key)
-        if key is not None:
-            message = aio_pika.Message(
-                event_body(event),
-                content_type="application/json",
-                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-                headers={"revision": event.revision},
-            )
-            await exchange.publish(message, routing_key=key)
-            PUBLISHED.labels(key.split(".", 1)[0]).inc()
-        self.published = event.revision
-        PUBLISHED_REVISION.set(event.revision)
+        if key is None:
+            return
+        message = aio_pika.Message(
+            event_body(event),
+            content_type="application/json",
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            headers={"revision": event.revision},
+        )
+        await exchange.publish(message, routing_key=key)
+        PUBLISHED.labels(key.split(".", 1)[0]).inc()
+
+
+class ConfirmPipeline:
+    """Publishes in flight, in revision order; ``on_confirmed`` hears the newest revision confirmed with all before it.
+
+    A failed publish stops the advance at the revision before it; ``raise_failure``
+    then raises its error, so the caller reconnects and resumes from what is confirmed.
+    """
+
+    def __init__(self, on_confirmed: Callable[[int], None], window: int = PUBLISH_WINDOW) -> None:
+        self._on_confirmed = on_confirmed
+        self._window = window
+        self._in_flight: deque[tuple[int, asyncio.Task[None]]] = deque()
+        self._failure: BaseException | None = None
+
+    async def add(self, revision: int, publish: Coroutine[Any, Any, None]) -> None:
+        """Start ``publish``; wait while the window is full."""
+        task = asyncio.ensure_future(publish)
+        self._in_flight.append((revision, task))
+        task.add_done_callback(lambda _task: self._advance())
+        while len(self._in_flight) >= self._window and self._failure is None:
+            await asyncio.wait([self._in_flight[0][1]])
+        self.raise_failure()
+
+    def _advance(self) -> None:
+        newest: int | None = None
+        while self._in_flight and self._in_flight[0][1].done():
+            revision, task = self._in_flight[0]
+            if task.cancelled() or task.exception() is not None:
+                self._failure = self._failure or (task.exception() if not task.cancelled()
+                                                  else ConnectionError("publish cancelled"))
+                break
+            self._in_flight.popleft()
+            newest = revision
+        if newest is not None:
+            self._on_confirmed(newest)
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def cancel(self) -> None:
+        for _revision, task in self._in_flight:
+            task.cancel()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -19,6 +19,7 @@ import grpc
 from aetcd import rpc
 
 from daemons.api.errors import Gone, ServiceUnavailable
+from daemons.machinery.etcd_watch import WatchCompacted, WatchEnded, open_watch
 
 log = logging.getLogger(__name__)
 
@@ -196,47 +197,43 @@ class Storage:
             if "future revision" not in (error.details() or ""):
                 raise ServiceUnavailable(f"storage is unavailable: {error.details()}") from None
 
-    async def watch(self, prefix: str, start_revision: int) -> AsyncIterator[StoredEvent]:
+    async def watch(self, prefix: str, start_revision: int) -> AsyncGenerator[StoredEvent, None]:
         """Every change under ``prefix`` from ``start_revision`` on.
 
         The etcd watch is created before this returns, so a compacted revision
         raises ``Gone`` here rather than in the middle of a stream.
         """
         await self._require_history(prefix, start_revision - 1)
+        key = prefix.encode()
         try:
-            await self._client.connect()
-            key = prefix.encode()
-            watch = await self._client.watch(key, range_end=_prefix_end(key), start_revision=start_revision,
-                                             prev_kv=True)
-        except aetcd.exceptions.RevisionCompactedError as error:
-            raise Gone(f"too old resource version: {start_revision - 1} ({error.compacted_revision})") from None
-        except (grpc.aio.AioRpcError, aetcd.exceptions.ClientError, OSError) as error:
-            raise ServiceUnavailable(f"storage is unavailable: {error}") from None
-        return _events(watch, start_revision)
+            events = await open_watch(self._client, key, _prefix_end(key), start_revision, prev_kv=True,
+                                      timeout=self._client._timeout)
+        except WatchCompacted as error:
+            raise Gone(f"too old resource version: {start_revision - 1} ({error})") from None
+        except (grpc.aio.AioRpcError, aetcd.exceptions.ClientError, OSError, TimeoutError, WatchEnded) as error:
+            raise ServiceUnavailable(f"storage is unavailable: {_describe(error)}") from None
+        return _stored_events(events, start_revision)
 
 
-async def _events(watch: aetcd.rtypes.Watch, start_revision: int) -> AsyncIterator[StoredEvent]:
+async def _stored_events(events: AsyncGenerator[rpc.Event, None],
+                         start_revision: int) -> AsyncGenerator[StoredEvent, None]:
     try:
-        async for event in watch:
+        async for event in events:
             yield _stored_event(event)
-    except aetcd.exceptions.RevisionCompactedError as error:
-        raise Gone(f"too old resource version: {start_revision - 1} ({error.compacted_revision})") from None
-    except (grpc.aio.AioRpcError, aetcd.exceptions.ClientError) as error:
-        raise ServiceUnavailable(f"storage watch ended: {error}") from None
+    except WatchCompacted as error:
+        raise Gone(f"too old resource version: {start_revision - 1} ({error})") from None
+    except (grpc.aio.AioRpcError, WatchEnded) as error:
+        raise ServiceUnavailable(f"storage watch ended: {_describe(error)}") from None
     finally:
-        try:
-            await watch.cancel()
-        except Exception as error:  # the stream is gone either way
-            log.debug("cancelling an etcd watch failed: %s", error)
+        await events.aclose()
 
 
-def _stored_event(event: aetcd.rtypes.Event) -> StoredEvent:
+def _stored_event(event: rpc.Event) -> StoredEvent:
     kv = event.kv
     key = kv.key.decode()
     # Without a previous value etcd sends an empty KeyValue rather than none.
-    has_previous = event.prev_kv is not None and event.prev_kv.key
-    previous = decode(event.prev_kv.value, event.prev_kv.mod_revision) if has_previous else None
-    if event.kind == aetcd.rtypes.EventKind.DELETE:
+    previous = decode(event.prev_kv.value, event.prev_kv.mod_revision) if event.prev_kv.key else None
+    if event.type == rpc.Event.DELETE:
         if previous is None:
             obj: dict[str, Any] = {"metadata": {"resourceVersion": str(kv.mod_revision)}}
         else:
@@ -244,6 +241,12 @@ def _stored_event(event: aetcd.rtypes.Event) -> StoredEvent:
         return StoredEvent("DELETED", key, obj, previous, kv.mod_revision)
     kind: EventType = "ADDED" if kv.create_revision == kv.mod_revision else "MODIFIED"
     return StoredEvent(kind, key, decode(kv.value, kv.mod_revision), previous, kv.mod_revision)
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return str(error) or type(error).__name__
 
 
 def _prefix_end(key: bytes) -> bytes:

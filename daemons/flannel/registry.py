@@ -14,6 +14,7 @@ import grpc
 from aetcd import rpc
 
 from daemons.flannel.network import Lease, NetworkConfig, parse_lease, subnet_key, subnets_prefix
+from daemons.machinery.etcd_watch import WatchCompacted, WatchEnded, open_watch
 
 log = logging.getLogger(__name__)
 
@@ -144,22 +145,18 @@ class Registry:
         """One item per batch of lease changes from ``start_revision`` on; the caller re-reads the leases."""
         key = subnets_prefix(self.prefix).encode()
         try:
-            await self._client.connect()
-            watch = await self._client.watch(key, range_end=aetcd.utils.prefix_range_end(key),
-                                             start_revision=start_revision)
-        except (TimeoutError, grpc.aio.AioRpcError, aetcd.exceptions.ClientError, OSError) as error:
+            events = await open_watch(self._client, key, aetcd.utils.prefix_range_end(key), start_revision,
+                                      timeout=self._client._timeout)
+        except (TimeoutError, grpc.aio.AioRpcError, aetcd.exceptions.ClientError, OSError, WatchEnded,
+                WatchCompacted) as error:
             raise EtcdUnavailable(f"etcd {self.endpoint} Watch: {_describe(error)}") from None
         try:
-            async for _event in watch:
+            async for _event in events:
                 yield None
-        except (grpc.aio.AioRpcError, aetcd.exceptions.ClientError) as error:
+        except (grpc.aio.AioRpcError, WatchEnded, WatchCompacted) as error:
             raise EtcdUnavailable(f"etcd {self.endpoint} watch ended: {_describe(error)}") from None
         finally:
-            try:
-                await watch.cancel()
-            except Exception as error:  # the stream is gone either way
-                log.debug("cancelling the etcd watch failed: %s", error)
-        raise EtcdUnavailable(f"etcd {self.endpoint} watch ended")
+            await events.aclose()
 
 
 def _describe(error: BaseException) -> str:

@@ -1,0 +1,103 @@
+"""The apiserver's etcd watches against a real etcd: each watch gets its own prefix's events, and only those.
+
+etcd is this module's own, because one test freezes it (SIGSTOP) to make a watch request time out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import AsyncGenerator, Iterator
+from pathlib import Path
+
+import pytest
+
+from daemons.api.errors import Gone, ServiceUnavailable
+from daemons.apiserver.storage import Storage, StoredEvent
+from tests.conftest import EtcdProcess
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def etcd_server(tmp_path: Path) -> Iterator[EtcdProcess]:
+    server = EtcdProcess(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.process is not None:
+            os.kill(server.process.pid, signal.SIGCONT)
+        server.stop()
+
+
+async def put(storage: Storage, key: str) -> None:
+    await storage.put_raw(key, json.dumps({"metadata": {"name": key.rsplit("/", 1)[1]}}).encode())
+
+
+async def next_event(events: AsyncGenerator[StoredEvent, None]) -> StoredEvent:
+    return await asyncio.wait_for(anext(events), 10)
+
+
+async def test_a_watch_after_one_that_timed_out_follows_its_own_prefix(etcd_server: EtcdProcess) -> None:
+    storage = Storage(etcd_server.endpoint, timeout=1.0)
+    try:
+        await put(storage, "/registry/apples/first")
+        await put(storage, "/registry/pears/first")
+        assert etcd_server.process is not None
+        os.kill(etcd_server.process.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(ServiceUnavailable):
+                await storage.watch("/registry/apples/", 1)
+        finally:
+            os.kill(etcd_server.process.pid, signal.SIGCONT)
+        # etcd answers the request that timed out while this one waits: that answer must not become its.
+        pears = await storage.watch("/registry/pears/", 1)
+
+        event = await next_event(pears)
+
+        assert (event.type, event.key) == ("ADDED", "/registry/pears/first")
+        await pears.aclose()
+    finally:
+        await storage.close()
+
+
+async def test_watches_side_by_side_each_get_their_changes_in_order(etcd_server: EtcdProcess) -> None:
+    storage = Storage(etcd_server.endpoint)
+    try:
+        start = await storage.revision() + 1
+        prefixes = [f"/registry/kind{number}/" for number in range(8)]
+        watches = await asyncio.gather(*(storage.watch(prefix, start) for prefix in prefixes))
+        for round_ in range(3):
+            for prefix in prefixes:
+                await put(storage, f"{prefix}object{round_}")
+        doomed = await storage.get(f"{prefixes[0]}object0")
+        assert doomed is not None
+        await storage.delete(f"{prefixes[0]}object0", int(doomed["metadata"]["resourceVersion"]))
+
+        for prefix, events in zip(prefixes, watches, strict=True):
+            seen = [await next_event(events) for _ in range(3)]
+            assert [event.key for event in seen] == [f"{prefix}object{round_}" for round_ in range(3)]
+            assert [event.type for event in seen] == ["ADDED"] * 3
+        deleted = await next_event(watches[0])
+        assert (deleted.type, deleted.key) == ("DELETED", f"{prefixes[0]}object0")
+        assert deleted.previous is not None and deleted.previous["metadata"]["name"] == "object0"
+        for events in watches:
+            await events.aclose()
+    finally:
+        await storage.close()
+
+
+async def test_a_watch_from_compacted_history_is_gone(etcd_server: EtcdProcess) -> None:
+    storage = Storage(etcd_server.endpoint)
+    try:
+        await put(storage, "/registry/apples/first")
+        await put(storage, "/registry/apples/second")
+        await storage.compact(await storage.revision())
+
+        with pytest.raises(Gone):
+            await storage.watch("/registry/apples/", 2)
+    finally:
+        await storage.close()

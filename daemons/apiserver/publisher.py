@@ -76,13 +76,16 @@ class EventPublisher:
         self._checkpointed: int | None = None
 
     async def _resume_point(self) -> int:
+        """After the last confirmed revision; with no checkpoint (a first start, or an apiserver killed before
+        its first checkpoint), from the beginning of etcd's history, so no write before this start is skipped.
+        Consumers drop what they saw already; a compacted history falls back to the current revision."""
         if self.published is not None:
             return self.published + 1
         stored = await self.storage.get_raw(CHECKPOINT_KEY)
         if stored is not None:
             self.published = self._checkpointed = int(stored)
             return self.published + 1
-        return await self.storage.revision() + 1
+        return 1
 
     async def _checkpoint(self) -> None:
         if self.published is not None and self.published != self._checkpointed:

@@ -11,7 +11,10 @@ index from each owner's uid to its dependents, and syncs items of either role:
   gets its dependents deleted in the foreground, and loses the finalizer once none
   remain, at which point the apiserver removes it;
 - an owner deleted with ``Orphan`` (finalizer ``orphan``) has the references to it
-  removed from its dependents, then loses the finalizer.
+  removed from its dependents (as listed by the apiserver, not only as cached), then
+  loses the finalizer.
+
+A dependent is judged again as stored before it is deleted: the cache may lag the store.
 
 Every write is a JSON patch or DELETE with a precondition on the uid, computed from a
 fresh GET, so an object recreated under the same name is never touched by mistake.
@@ -19,7 +22,6 @@ fresh GET, so an object recreated under the same name is never touched by mistak
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections import defaultdict
@@ -281,8 +283,13 @@ class GarbageCollector:
             raise TemporaryError(f"{key_of(obj)}: {error}") from error
 
     def _collect(self, resource: Resource, obj: Obj) -> None:
-        owners = {ref.get("uid") or "": self._owner_state(obj, ref) for ref in owner_references(obj)}
-        verdict = judge_dependent(obj, owners)
+        verdict = self._verdict(obj)
+        if verdict.action == "delete":
+            # The cache may lag the store: an orphaning may have just removed the reference. Judge it as stored.
+            live = self._stored(resource, obj)
+            if live is None:
+                return
+            obj, verdict = live, self._verdict(live)
         if verdict.action == "delete":
             gone = ", ".join(f"{ref.get('kind')} {ref.get('name')}" for ref in owner_references(obj))
             if self._delete(resource, obj, "Background"):
@@ -314,7 +321,7 @@ class GarbageCollector:
 
     def _orphan_dependents(self, resource: Resource, owner: Obj) -> None:
         uid = uid_of(owner) or ""
-        for dependent_resource, dependent in self._dependents(owner):
+        for dependent_resource, dependent in self._listed_dependents(owner):
             self._patch(dependent_resource, dependent, lambda live: without_owners(live, (uid,)))
             log.info("%s %s: orphaned from %s %s", dependent_resource.kind, key_of(dependent), resource.kind,
                      key_of(owner))
@@ -332,6 +339,33 @@ class GarbageCollector:
             dependent = informer.store.get_by_key(key)
             if dependent is not None and any(ref.get("uid") == uid for ref in owner_references(dependent)):
                 yield resource, dependent
+
+    def _listed_dependents(self, owner: Obj) -> Iterator[tuple[Resource, Obj]]:
+        """The objects in ``owner``'s namespace that reference it, as the apiserver lists them now.
+
+        Each kind has its informer and queue, so a dependent created just before its owner's deletion may not
+        be cached yet; were orphaning to miss it, its first sync would find the owner gone and delete it.
+        Orphaning is rare, so one LIST per watched kind is affordable.
+        """
+        uid = uid_of(owner)
+        namespace = (owner.get("metadata") or {}).get("namespace")
+        for resource, _informer in self.watched.values():
+            for dependent in self.client.list(resource, namespace).get("items") or []:
+                if any(ref.get("uid") == uid for ref in owner_references(dependent)):
+                    yield resource, dependent
+
+    def _verdict(self, dependent: Obj) -> Verdict:
+        owners = {ref.get("uid") or "": self._owner_state(dependent, ref) for ref in owner_references(dependent)}
+        return judge_dependent(dependent, owners)
+
+    def _stored(self, resource: Resource, obj: Obj) -> Obj | None:
+        """``obj`` as the apiserver holds it now; None when it is gone or replaced by another uid."""
+        namespace, name = split_key(key_of(obj))
+        try:
+            live = self.client.get(resource, name, namespace)
+        except NotFound:
+            return None
+        return live if uid_of(live) == uid_of(obj) else None
 
     def _has_other_owner(self, dependent: Obj, uid: str) -> bool:
         """Whether an owner of ``dependent`` besides the one with ``uid`` still exists (or cannot be judged)."""
@@ -383,15 +417,16 @@ class GarbageCollector:
         Nothing is written when the object is gone, replaced, or needs no change; a test that
         fails because the object changed between the read and the write retries the sync.
         """
+        live = self._stored(resource, obj)
+        if live is None:
+            return
+        ops = changes(live)
+        if not ops:
+            return
         namespace, name = split_key(key_of(obj))
-        with contextlib.suppress(NotFound):
-            live = self.client.get(resource, name, namespace)
-            if uid_of(live) != uid_of(obj):
-                return
-            ops = changes(live)
-            if not ops:
-                return
-            try:
-                self.client.patch(resource, name, guarded(obj, ops), namespace, patch_type="json")
-            except Invalid as error:
-                raise TemporaryError(f"{key_of(obj)} changed while being patched: {error}") from error
+        try:
+            self.client.patch(resource, name, guarded(obj, ops), namespace, patch_type="json")
+        except NotFound:
+            return
+        except Invalid as error:
+            raise TemporaryError(f"{key_of(obj)} changed while being patched: {error}") from error

@@ -246,6 +246,10 @@ class FakeApi:
     def get(self, resource, name, namespace=None, subresource=None):
         return copy.deepcopy(self._find(resource, name, namespace))
 
+    def list(self, resource, namespace=None, **_):
+        return {"items": [copy.deepcopy(item) for (kind, item_namespace, _name), item in self.objects.items()
+                          if kind == resource.kind and item_namespace == namespace]}
+
     def patch(self, resource, name, patch, namespace=None, patch_type="merge", **_):
         self.calls.append(("patch", f"{resource.kind} {name}"))
         current = self._find(resource, name, namespace)
@@ -389,3 +393,27 @@ def test_a_patch_that_loses_a_race_retries(api, gc):
     api.get = stale_get
     with pytest.raises(TemporaryError):
         gc.sync(item_of(REPLICASETS, "ns/web"))
+
+
+def test_orphaning_reaches_a_dependent_the_cache_has_not_seen_yet_and_it_survives(api, gc):
+    deleting = api.put(obj("ReplicaSet", "web", uid="uid-rs", finalizers=[ORPHAN_FINALIZER], deleting=True))
+    created_just_before = api.put(obj(owners=[ref()]))  # its ADDED event is still on its way
+    feed(gc, REPLICASETS, "ADDED", deleting)
+    drain(gc)
+    assert api.objects[("Pod", "ns", "web-1")]["metadata"]["ownerReferences"] == []
+
+    del api.objects[("ReplicaSet", "ns", "web")]
+    feed(gc, REPLICASETS, "DELETED", stamp(copy.deepcopy(deleting)))
+    feed(gc, PODS, "ADDED", created_just_before)  # as created: still referencing the owner
+    drain(gc)
+    assert ("Pod", "ns", "web-1") in api.objects
+    assert not any(call[0].startswith("delete") for call in api.calls), api.calls
+
+
+def test_a_dependent_is_judged_as_stored_before_it_is_deleted(api, gc):
+    cached = obj(owners=[ref()])
+    api.put(obj())  # stored without the reference: orphaned after the cache saw it
+    feed(gc, PODS, "ADDED", cached)
+    drain(gc)
+    assert ("Pod", "ns", "web-1") in api.objects
+    assert api.calls == []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,7 +37,7 @@ COMPONENT = "replicaset-controller"
 # At most this many creates or deletes per sync, as kube-controller-manager's burstReplicas.
 BURST_REPLICAS = 500
 SLOW_START_INITIAL_BATCH = 1
-# Creates and deletes of one batch run at once, on at most this many threads.
+# Creates and deletes of a batch run at once, on one pool of this many threads that every sync shares.
 PARALLEL_WRITES = 16
 REPLICA_FAILURE = "ReplicaFailure"
 # The Status cause of a create refused because the namespace is being deleted: no failure, nothing to retry.
@@ -220,12 +220,15 @@ class ReplicaSetController:
         self.replicasets.add_handlers(self.controller.enqueue_object, self._replicaset_updated,
                                       self._replicaset_deleted)
         self.pods.add_handlers(self._pod_added, self._pod_updated, self._pod_deleted)
+        # One pool for every sync's batches: starting and joining threads per batch cost thousands a run.
+        self._writes = ThreadPoolExecutor(max_workers=PARALLEL_WRITES, thread_name_prefix="replicaset-write")
 
     def start(self) -> None:
         self.controller.start()
 
     def stop(self) -> None:
         self.controller.stop()
+        self._writes.shutdown(wait=True)
 
     # --- informer handlers --------------------------------------------------------------------------
 
@@ -403,11 +406,10 @@ class ReplicaSetController:
                 raise
             self.expectations.creation_observed(key)  # the namespace is going away: no pod will come
 
-    @staticmethod
-    def _in_parallel(actions: list[Callable[[], object]]) -> list[MiniK8sError]:
-        """Run ``actions`` at once; the API errors they raised (others propagate)."""
-        with ThreadPoolExecutor(max_workers=min(len(actions), PARALLEL_WRITES) or 1) as pool:
-            futures = [pool.submit(action) for action in actions]
+    def _in_parallel(self, actions: list[Callable[[], object]]) -> list[MiniK8sError]:
+        """Run ``actions`` on the write pool and wait for all; the API errors they raised (others propagate)."""
+        futures = [self._writes.submit(action) for action in actions]
+        wait(futures)
         errors: list[MiniK8sError] = []
         for future in futures:
             error = future.exception()

@@ -118,6 +118,15 @@ def judge_dependent(obj: Obj, owners: Mapping[str, OwnerState]) -> Verdict:
     return Verdict("drop", dangling)
 
 
+OWNERSHIP_FIELDS = ("uid", "ownerReferences", "finalizers", "deletionTimestamp")
+
+
+def ownership_changed(old: Obj, new: Obj) -> bool:
+    """Whether an update can change what the collector owes the object; most updates (pod statuses) cannot."""
+    old_metadata, new_metadata = old.get("metadata") or {}, new.get("metadata") or {}
+    return any(old_metadata.get(name) != new_metadata.get(name) for name in OWNERSHIP_FIELDS)
+
+
 def owner_is_there(ref: Obj, found: Obj | None) -> bool:
     """Whether ``found`` (the object at the reference's name, if any) is the owner the reference means."""
     return found is not None and uid_of(found) == ref.get("uid")
@@ -240,8 +249,9 @@ class GarbageCollector:
         def added(obj: Obj) -> None:
             self._observe(resource, obj)
 
-        def updated(_old: Obj, new: Obj) -> None:
-            self._observe(resource, new)
+        def updated(old: Obj, new: Obj) -> None:
+            if ownership_changed(old, new):
+                self._observe(resource, new)
 
         def deleted(obj: Obj) -> None:
             item = item_of(resource, key_of(obj))

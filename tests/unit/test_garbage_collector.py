@@ -27,6 +27,7 @@ from daemons.controllers.garbagecollector import (
     item_of,
     judge_dependent,
     owner_item,
+    ownership_changed,
     watched_resources,
     without_finalizer,
     without_owners,
@@ -417,3 +418,19 @@ def test_a_dependent_is_judged_as_stored_before_it_is_deleted(api, gc):
     drain(gc)
     assert ("Pod", "ns", "web-1") in api.objects
     assert api.calls == []
+
+
+def test_only_updates_that_touch_ownership_are_looked_at_again(api, gc):
+    pod = obj(owners=[ref()])
+    status_only = {**copy.deepcopy(pod), "status": {"phase": "Running"}}
+    assert not ownership_changed(pod, status_only)
+    for name, value in (("ownerReferences", []), ("finalizers", ["x"]), ("deletionTimestamp", "2030-01-01T00:00:00Z"),
+                        ("uid", "uid-other")):
+        changed = copy.deepcopy(pod)
+        changed["metadata"][name] = value
+        assert ownership_changed(pod, changed), name
+
+    feed(gc, PODS, "ADDED", api.put(pod))
+    drain(gc)
+    informer(gc, PODS).handle_event({"type": "MODIFIED", "object": stamp(status_only)})
+    assert gc.controller.queue.get(timeout=0) is None

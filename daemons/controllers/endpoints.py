@@ -374,6 +374,8 @@ class EndpointsController:
                 if current is not None and is_managed(current):
                     self._delete(key, namespace, name)
                 return
+            if service_selector(service) is None:
+                return  # the user writes these Endpoints: no need to look at the namespace's pods
             desired = desired_endpoints(service, self.pods.store.list(namespace), current)
             if desired is None:
                 return

@@ -33,7 +33,7 @@ DOCKER_LEFTOVERS = [
 ]
 OTHER_RULES = [
     ("filter", "-N KEEP-ME"),
-    ("filter", "-A INPUT -p tcp --dport 22 -j ACCEPT"),
+    ("filter", "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT"),
     ("nat", "-A POSTROUTING -s 10.244.0.0/16 -j MASQUERADE"),
 ]
 

@@ -11,7 +11,6 @@ import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlparse
 
 import aetcd
 import aetcd.exceptions
@@ -19,7 +18,7 @@ import grpc
 from aetcd import rpc
 
 from daemons.api.errors import Gone, ServiceUnavailable
-from daemons.machinery.etcd_watch import WatchCompacted, WatchEnded, open_watch
+from daemons.machinery.etcd import WatchCompacted, WatchEnded, etcd_client, open_watch
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +75,8 @@ class Storage:
     """The apiserver's only way to etcd."""
 
     def __init__(self, endpoints: str, timeout: float = 10.0) -> None:
-        first = endpoints.split(",")[0].strip()
-        parsed = urlparse(first if "://" in first else f"http://{first}")
-        self.endpoint = first
-        # gRPC backs off reconnecting for up to two minutes by default; an etcd restart should cost seconds.
-        options = {"grpc.initial_reconnect_backoff_ms": 100, "grpc.min_reconnect_backoff_ms": 100,
-                   "grpc.max_reconnect_backoff_ms": 1000}
-        self._client = aetcd.Client(host=parsed.hostname or "127.0.0.1", port=parsed.port or 2379,
-                                    timeout=timeout, options=options)
+        self.endpoint = endpoints.split(",")[0].strip()
+        self._client = etcd_client(self.endpoint, timeout)
 
     async def close(self) -> None:
         await self._client.close()

@@ -6,7 +6,6 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from ipaddress import IPv4Network
-from urllib.parse import urlparse
 
 import aetcd
 import aetcd.exceptions
@@ -14,7 +13,7 @@ import grpc
 from aetcd import rpc
 
 from daemons.flannel.network import Lease, NetworkConfig, parse_lease, subnet_key, subnets_prefix
-from daemons.machinery.etcd_watch import WatchCompacted, WatchEnded, open_watch
+from daemons.machinery.etcd import WatchCompacted, WatchEnded, etcd_client, open_watch
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +39,9 @@ class Registry:
     """One connection to one etcd endpoint; every failure surfaces as EtcdUnavailable."""
 
     def __init__(self, endpoint: str, prefix: str, timeout: float = 5.0) -> None:
-        parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
         self.endpoint = endpoint
         self.prefix = prefix.rstrip("/")
-        # gRPC backs off reconnecting for up to two minutes by default; an etcd restart should cost seconds.
-        options = {"grpc.initial_reconnect_backoff_ms": 100, "grpc.min_reconnect_backoff_ms": 100,
-                   "grpc.max_reconnect_backoff_ms": 1000}
-        self._client = aetcd.Client(host=parsed.hostname or "127.0.0.1", port=parsed.port or 2379,
-                                    timeout=timeout, options=options)
+        self._client = etcd_client(endpoint, timeout)
 
     async def close(self) -> None:
         try:

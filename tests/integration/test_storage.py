@@ -1,4 +1,4 @@
-"""The apiserver's etcd watches against a real etcd: each watch gets its own prefix's events, and only those.
+"""The apiserver's storage against a real etcd: large reads, and watches that each get their own prefix's events.
 
 etcd is this module's own, because one test freezes it (SIGSTOP) to make a watch request time out.
 """
@@ -99,5 +99,20 @@ async def test_a_watch_from_compacted_history_is_gone(etcd_server: EtcdProcess) 
 
         with pytest.raises(Gone):
             await storage.watch("/registry/apples/", 2)
+    finally:
+        await storage.close()
+
+
+async def test_a_list_larger_than_grpcs_default_message_cap_is_read(etcd_server: EtcdProcess) -> None:
+    storage = Storage(etcd_server.endpoint)
+    padding = "x" * 100_000
+    try:
+        for index in range(50):  # 5 MB in all: gRPC refuses a message over 4 MiB unless told otherwise
+            await storage.put_raw(f"/registry/configmaps/big/cm{index:02d}",
+                                  json.dumps({"metadata": {"name": f"cm{index:02d}"}, "data": {"x": padding}}).encode())
+
+        objects, _revision = await storage.list("/registry/configmaps/big/")
+
+        assert sorted(obj["metadata"]["name"] for obj in objects) == [f"cm{index:02d}" for index in range(50)]
     finally:
         await storage.close()

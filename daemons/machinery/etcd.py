@@ -1,4 +1,4 @@
-"""etcd watches, each on a gRPC stream of its own.
+"""etcd clients for the daemons that speak to etcd, and watches, each on a gRPC stream of its own.
 
 aetcd's client multiplexes every watch over one shared stream and pairs each "created" answer with whichever
 create request is waiting at that moment. Once a create has timed out (etcd restarting, say), its late answer
@@ -12,10 +12,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
+from urllib.parse import urlparse
 
 import aetcd
 import grpc
 from aetcd import rpc
+
+# gRPC backs off reconnecting for up to two minutes by default; an etcd restart should cost seconds. Its default
+# 4 MiB cap on a received message would fail any LIST of a few thousand objects (etcd's own client lifts it too).
+CLIENT_OPTIONS = {"grpc.initial_reconnect_backoff_ms": 100, "grpc.min_reconnect_backoff_ms": 100,
+                  "grpc.max_reconnect_backoff_ms": 1000, "grpc.max_receive_message_length": -1}
+
+
+def etcd_client(endpoint: str, timeout: float) -> aetcd.Client:
+    """A client of one endpoint (``http://host:port`` or ``host:port``); it connects on first use."""
+    parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
+    return aetcd.Client(host=parsed.hostname or "127.0.0.1", port=parsed.port or 2379, timeout=timeout,
+                        options=CLIENT_OPTIONS)
 
 
 class WatchCompacted(Exception):

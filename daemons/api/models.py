@@ -588,6 +588,22 @@ class Endpoints(KubeObject):
     subsets: list[EndpointSubset] | None = None
 
 
+# --- Leases (coordination.k8s.io) -------------------------------------------------------------------
+
+class LeaseSpec(KubeModel):
+    holder_identity: str | None = None
+    lease_duration_seconds: int | None = Field(default=None, ge=1)
+    acquire_time: str | None = None
+    renew_time: str | None = None
+    lease_transitions: int | None = Field(default=None, ge=0)
+
+
+class Lease(KubeObject):
+    """A holder's claim, renewed to show it is alive: every kubelet renews ``kube-node-lease/<node>``."""
+
+    spec: LeaseSpec = Field(default_factory=LeaseSpec)
+
+
 # --- Events -----------------------------------------------------------------------------------------
 
 class EventSource(KubeModel):

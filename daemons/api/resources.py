@@ -82,6 +82,7 @@ RESOURCES: tuple[Resource, ...] = (
              categories=("all",), name_format="dns1035"),
     Resource("Endpoints", "endpoints", models.Endpoints, short_names=("ep",), has_status=False),
     Resource("Event", "events", models.Event, short_names=("ev",), has_status=False),
+    Resource("Lease", "leases", models.Lease, group="coordination.k8s.io", has_status=False),
     Resource("ReplicaSet", "replicasets", models.ReplicaSet, group="apps", short_names=("rs",),
              subresources=("status", "scale"), categories=("all",)),
     Resource("Deployment", "deployments", models.Deployment, group="apps", short_names=("deploy",),
@@ -90,6 +91,10 @@ RESOURCES: tuple[Resource, ...] = (
              group="autoscaling", version="v2", short_names=("hpa",), subresources=("status",), categories=("all",)),
     Resource("DNS", "dns", models.DNS, group="minik8s.io", has_status=False),
 )
+
+
+# Where each kubelet renews the Lease named after its node: its heartbeat.
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 
 def find(group: str, version: str, plural: str) -> Resource | None:

@@ -412,6 +412,14 @@ DNS_COLUMNS: list[Column] = [
         f"{p.get('serviceName', '')}:{p.get('servicePort', '')}" for p in _dns_paths(o)) or NONE),
 ]
 
+# --- Leases (coordination.k8s.io) -------------------------------------------------------------------
+
+LEASE_COLUMNS: list[Column] = [
+    ("Name", "string", 0, _name),
+    ("Holder", "string", 0, lambda o, _n: (o.get("spec") or {}).get("holderIdentity") or ""),
+    ("Age", "string", 0, age),
+]
+
 DEFAULT_COLUMNS: list[Column] = [("Name", "string", 0, _name), ("Age", "string", 0, age)]
 
 COLUMNS_BY_KIND: dict[str, list[Column]] = {
@@ -421,6 +429,7 @@ COLUMNS_BY_KIND: dict[str, list[Column]] = {
     "Service": SERVICE_COLUMNS,
     "Endpoints": ENDPOINTS_COLUMNS,
     "Event": EVENT_COLUMNS,
+    "Lease": LEASE_COLUMNS,
     "ReplicaSet": REPLICASET_COLUMNS,
     "Deployment": DEPLOYMENT_COLUMNS,
     "HorizontalPodAutoscaler": HPA_COLUMNS,

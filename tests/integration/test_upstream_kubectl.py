@@ -7,6 +7,7 @@ user sees: the text kubectl prints, its exit status, and the objects the apiserv
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import re
@@ -28,6 +29,7 @@ KUBECTLS = upstream_kubectls()
 
 PODS = by_kind("v1", "Pod")
 DEPLOYMENTS = by_kind("apps/v1", "Deployment")
+LEASES = by_kind("coordination.k8s.io/v1", "Lease")
 SERVICES = by_kind("v1", "Service")
 NAMESPACES = by_kind("v1", "Namespace")
 
@@ -215,6 +217,19 @@ def test_get_pods_table(kubectl, api, namespace):
     assert re.fullmatch(r"\d+[smhd]", fields[4]), fields
     # The cells line up under their headers, as kubectl's tab writer aligns them.
     assert rows[0] == {"NAME": "table-pod", "READY": "0/1", "STATUS": "Pending", "RESTARTS": "0", "AGE": fields[4]}
+
+
+def test_get_leases_shows_their_holders(kubectl, api, namespace):
+    api.create(LEASES, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "node-a"},
+                        "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40,
+                                 "renewTime": "2026-01-01T12:00:00.000000Z"}}, namespace)
+
+    columns, rows = parse_table(kubectl("get", "leases"))
+
+    assert columns == ["NAME", "HOLDER", "AGE"]
+    assert [(row["NAME"], row["HOLDER"]) for row in rows] == [("node-a", "node-a")]
+    renewed = json.loads(kubectl("get", "lease", "node-a", "-o", "json"))
+    assert renewed["spec"]["renewTime"] == "2026-01-01T12:00:00.000000Z"
 
 
 def test_get_pods_wide(kubectl, api, namespace):

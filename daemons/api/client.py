@@ -103,8 +103,11 @@ class ApiClient:
         return self.request("POST", resource.path(namespace), json=body, params=params)
 
     def get(self, resource: Resource, name: str, namespace: str | None = None,
-            subresource: str | None = None) -> dict[str, Any]:
-        return self.request("GET", resource.path(namespace or self.connection.namespace, name, subresource))
+            subresource: str | None = None, resource_version: str | None = None) -> dict[str, Any]:
+        """GET one object; ``resource_version="0"`` accepts the apiserver's cached copy (no etcd read)."""
+        params = {"resourceVersion": resource_version} if resource_version is not None else None
+        return self.request("GET", resource.path(namespace or self.connection.namespace, name, subresource),
+                            params=params)
 
     def list(
         self,

@@ -404,7 +404,9 @@ async def watch_response(registry: Registry, request: Request, target: Target) -
 
 async def get_object(registry: Registry, request: Request, target: Target) -> Response:
     assert target.name is not None
-    obj = await registry.get(target.resource, target.namespace, target.name)
+    # resourceVersion=0 means "any version will do", which the watch cache answers without etcd, as in Kubernetes.
+    any_version = request.query_params.get("resourceVersion") == "0"
+    obj = await registry.get(target.resource, target.namespace, target.name, fresh=not any_version)
     if wants_table(request):
         return JSONResponse(tables.table(target.resource.kind, [obj], obj["metadata"]["resourceVersion"],
                                          include_object=request.query_params.get("includeObject", "Metadata")))

@@ -175,8 +175,9 @@ class Registry:
 
     # --- reads -------------------------------------------------------------------------------------
 
-    async def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
-        return await self._current(resource, namespace, name, fresh=True)
+    async def get(self, resource: Resource, namespace: str | None, name: str, fresh: bool = True) -> Obj:
+        """The object as stored; unless ``fresh``, the watch cache's copy when it has one."""
+        return await self._current(resource, namespace, name, fresh=fresh)
 
     async def list(self, resource: Resource, namespace: str | None, label_selector: str | None = None,
                    field_selector: str | None = None) -> tuple[list[Obj], int]:

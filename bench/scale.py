@@ -15,7 +15,8 @@ with its children) once a second.
 
 Settings of the bench's control plane: log level WARNING everywhere, resyncs every
 hour (none during a run), the hollow nodes' heartbeat interval stretched so that all
-of them together post about ``--heartbeats-per-second`` statuses, and the node
+of them together give about ``--heartbeats-per-second`` heartbeats (each a Lease renewal
+and a read of the Node from the apiserver's cache; the status only when it changes), and the node
 lifecycle controller's grace period four heartbeat intervals (at least 40 s), so a
 node whose heartbeats queue behind the load is not evicted; the figures say which.
 
@@ -651,7 +652,7 @@ def main() -> None:
     parser.add_argument("--latency-pods", type=int, default=100, help="pods created at 10/s after the others")
     parser.add_argument("--nodes-per-kubelet", type=int, default=1000)
     parser.add_argument("--heartbeats-per-second", type=float, default=50.0,
-                        help="node status writes per second of all hollow nodes together (interval at least 10 s)")
+                        help="heartbeats per second of all hollow nodes together (interval at least 10 s)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one size may take at most")
     parser.add_argument("--write", metavar="FILE", help="also put each size's table into FILE")
     args = parser.parse_args()

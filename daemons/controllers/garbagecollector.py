@@ -46,6 +46,8 @@ FOREGROUND_FINALIZER = "foregroundDeletion"
 ORPHAN_FINALIZER = "orphan"
 # Events are many and own nothing; every other namespaced kind may be a dependent or an owner.
 UNWATCHED_KINDS = ("Event",)
+# Cluster-scoped kinds that own namespaced objects: a Node owns its Lease.
+CLUSTER_SCOPED_OWNERS = ("Node",)
 
 
 class OwnerState(Enum):
@@ -73,7 +75,8 @@ KEEP = Verdict("keep")
 
 def watched_resources(resources: Collection[Resource] = RESOURCES) -> list[Resource]:
     """The rows the collector keeps informers for."""
-    return [resource for resource in resources if resource.namespaced and resource.kind not in UNWATCHED_KINDS]
+    return [resource for resource in resources
+            if (resource.namespaced and resource.kind not in UNWATCHED_KINDS) or resource.kind in CLUSTER_SCOPED_OWNERS]
 
 
 def owner_references(obj: Obj) -> list[Obj]:
@@ -360,7 +363,8 @@ class GarbageCollector:
         uid = uid_of(owner)
         namespace = (owner.get("metadata") or {}).get("namespace")
         for resource, _informer in self.watched.values():
-            for dependent in self.client.list(resource, namespace).get("items") or []:
+            listed = self.client.list(resource, namespace, all_namespaces=namespace is None)
+            for dependent in listed.get("items") or []:
                 if any(ref.get("uid") == uid for ref in owner_references(dependent)):
                     yield resource, dependent
 

@@ -25,11 +25,15 @@ UNKNOWN_REASON = "NodeStatusUnknown"
 UNKNOWN_MESSAGE = "Kubelet stopped posting node status."
 
 
+# What changes at each beat of a kubelet: (its Ready condition's lastHeartbeatTime, its Lease's renewTime).
+Heartbeat = tuple[str | None, str | None]
+
+
 @dataclass(frozen=True)
 class Observation:
     """The last heartbeat value seen for a node and the monotonic time the controller first saw it."""
 
-    heartbeat: str | None
+    heartbeat: Heartbeat
     at: float
 
 
@@ -55,14 +59,16 @@ def ready_condition(node: Obj) -> Obj | None:
     return None
 
 
-def heartbeat(node: Obj) -> str | None:
-    """What changes each time the kubelet posts status: its Ready condition's lastHeartbeatTime."""
-    return (ready_condition(node) or {}).get("lastHeartbeatTime")
+def heartbeat(node: Obj, lease: Obj | None) -> Heartbeat:
+    """What changes at each beat: the Lease's renewTime, and the Ready condition's lastHeartbeatTime when the
+    kubelet posts its status (which it does only on a change, or every few minutes)."""
+    return ((ready_condition(node) or {}).get("lastHeartbeatTime"), ((lease or {}).get("spec") or {}).get("renewTime"))
 
 
-def observe(previous: Observation | None, node: Obj, now: float) -> Observation:
-    """The node's observation after seeing ``node`` at ``now``: new when the heartbeat changed (or at first sight)."""
-    beat = heartbeat(node)
+def observe(previous: Observation | None, node: Obj, now: float, lease: Obj | None = None) -> Observation:
+    """The node's observation after seeing ``node`` (and its Lease) at ``now``: new when either heartbeat changed
+    (or at first sight)."""
+    beat = heartbeat(node, lease)
     if previous is not None and previous.heartbeat == beat:
         return previous
     return Observation(beat, now)

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from daemons.api.errors import APIError, Conflict, ConnectionFailed, MiniK8sError, NotFound
-from daemons.api.resources import require
+from daemons.api.resources import NODE_LEASE_NAMESPACE, require
 from daemons.controllers import node_health
 from daemons.controllers.context import ControllerContext
 from daemons.machinery.controller import Controller, TemporaryError
@@ -42,6 +42,7 @@ Obj = dict[str, Any]
 COMPONENT = "node-controller"
 NODES = require("v1", "Node")
 PODS = require("v1", "Pod")
+LEASES = require("coordination.k8s.io/v1", "Lease")
 
 
 def pod_node(pod: Obj) -> str | None:
@@ -70,6 +71,8 @@ class NodeLifecycleController:
         self.nodes.add_handlers(self.controller.enqueue_object, lambda _old, new: self.controller.enqueue_object(new),
                                 self.controller.enqueue_object)
         self.pods.add_handlers(self._pod_changed, lambda _old, new: self._pod_changed(new))
+        self.leases = context.informers.informer(LEASES)
+        self.leases.add_handlers(self._lease_changed, lambda _old, new: self._lease_changed(new))
 
     def start(self) -> None:
         # Caches are full now: this is the controller's first look at every node.
@@ -98,15 +101,26 @@ class NodeLifecycleController:
         if node is not None and node_health.unreachable_taint(node) is not None:
             self.controller.enqueue(name)
 
+    def _lease_changed(self, lease: Obj) -> None:
+        """A node's Lease renewed: its node is heard from."""
+        metadata = lease.get("metadata") or {}
+        if metadata.get("namespace") == NODE_LEASE_NAMESPACE and metadata.get("name"):
+            self.controller.enqueue(metadata["name"])
+
     # --- health -------------------------------------------------------------------------------------
 
     def _view_since(self) -> float:
         """When the controller's view of the nodes last (re)started: its start or the API's return."""
-        return max(self.started_at, self.nodes.recovered_at or 0.0)
+        return max(self.started_at, self.nodes.recovered_at or 0.0, self.leases.recovered_at or 0.0)
+
+    def _listed_at(self) -> float:
+        """When both caches that carry heartbeats were last listed in full."""
+        return min(self.nodes.listed_at or 0.0, self.leases.listed_at or 0.0)
 
     def _observed_at(self, name: str, node: Obj, now: float) -> float:
+        lease = self.leases.store.get(NODE_LEASE_NAMESPACE, name)
         with self._lock:
-            observation = node_health.observe(self._observations.get(name), node, now)
+            observation = node_health.observe(self._observations.get(name), node, now, lease)
             self._observations[name] = observation
             return observation.at
 
@@ -125,8 +139,7 @@ class NodeLifecycleController:
         now = time.monotonic()
         observed_at = self._observed_at(name, node, now)
         silent = node_health.is_silent(observed_at, self._view_since(), now, self.grace)
-        if silent and (self.nodes.listed_at or 0.0) < node_health.silent_since(observed_at, self._view_since(),
-                                                                                self.grace):
+        if silent and self._listed_at() < node_health.silent_since(observed_at, self._view_since(), self.grace):
             self._refresh(name)
             return
         try:
@@ -147,6 +160,7 @@ class NodeLifecycleController:
         """
         try:
             self.nodes.relist()
+            self.leases.relist()
         except (MiniK8sError, httpx.HTTPError, ValueError) as error:
             raise TemporaryError(f"node {name} looks silent, but the API does not answer: {error}",
                                  delay=self.period) from error

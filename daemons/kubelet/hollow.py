@@ -118,7 +118,8 @@ class HollowKubelet:
             self.nodes[name] = NodeRegistration(
                 self.client, config.model_copy(update={"name": name}), self.address, settings.port,
                 lambda: RUNTIME_VERSION, pod_cidr_file=None, runtime_name=RUNTIME_NAME,
-                max_pods=settings.hollow_max_pods,
+                max_pods=settings.hollow_max_pods, lease_duration=settings.node_lease_duration_seconds,
+                report_frequency=settings.node_status_report_frequency,
                 info=hollow_host_info(name, settings.hollow_cpu, memory_kib, machine))
         self._registered: set[str] = set()
         self._lock = threading.Lock()
@@ -151,15 +152,15 @@ class HollowKubelet:
     # --- heartbeats -------------------------------------------------------------------------------
 
     def _sync_node(self, name: str) -> None:
-        """Register the node the first time, then post its status; the next heartbeat is one interval away."""
+        """Register the node the first time, then beat (Lease, and status when due); the next is one interval away."""
         registration = self.nodes[name]
         try:
             if name not in self._registered:
                 registration.register()
                 self._registered.add(name)
-            registration.post_status()
+            registration.beat()
         except (APIError, ConnectionFailed) as error:
-            raise TemporaryError(f"node {name}: status not posted: {error}") from None
+            raise TemporaryError(f"node {name}: heartbeat failed: {error}") from None
         self.heartbeats.enqueue_after(name, self.settings.status_interval)
 
     # --- pods -------------------------------------------------------------------------------------

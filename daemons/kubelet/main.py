@@ -75,7 +75,9 @@ class Kubelet:
                                    on_update=lambda _old, new: self.controller.enqueue_object(new),
                                    on_delete=self.controller.enqueue_object)
         self.reporter = NodeReporter(self.client, config, self.address, settings.port, settings.status_interval,
-                                     self._runtime_version, pod_cidr_file=settings.pod_cidr_file)
+                                     self._runtime_version, pod_cidr_file=settings.pod_cidr_file,
+                                     lease_duration=settings.node_lease_duration_seconds,
+                                     report_frequency=settings.node_status_report_frequency)
         cert, key = settings.tls_cert_file, settings.tls_private_key_file
         if not cert or not key:
             cert, key = (str(path) for path in ensure_certificate(Path(settings.root_dir, "pki"), self.node_name,

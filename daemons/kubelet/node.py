@@ -1,8 +1,10 @@
-"""This node's Node object: registration from the node config, and the Ready heartbeat.
+"""This node's Node object: registration from the node config, and the heartbeat.
 
 The object and its status are built by pure functions from a ``HostInfo``
-snapshot; a ``NodeRegistration`` creates or updates the Node once and then
-posts the status through ``nodes/<name>/status``, which ``NodeReporter`` does
+snapshot; a ``NodeRegistration`` creates or updates the Node once, then beats:
+it renews the node's Lease (``kube-node-lease/<node>``) and posts the status
+through ``nodes/<name>/status`` only when it changed or once every report
+interval, as Kubernetes' kubelet does since node leases. ``NodeReporter`` beats
 every ``--status-interval`` (the hollow kubelet runs many registrations). The
 pod CIDR is spec, not status: it comes from the overlay's subnet file and is
 patched onto the Node at registration and whenever the file says otherwise.
@@ -16,6 +18,7 @@ import os
 import platform
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,14 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from daemons.api.client import ApiClient
-from daemons.api.errors import AlreadyExists, APIError, ConnectionFailed
-from daemons.api.resources import by_kind
+from daemons.api.errors import AlreadyExists, APIError, Conflict, ConnectionFailed, NotFound
+from daemons.api.resources import NODE_LEASE_NAMESPACE, by_kind
 from daemons.kubelet.settings import DEFAULT_POD_CIDR_FILE, NodeConfig
 from daemons.kubelet.status import rfc3339
 
 log = logging.getLogger(__name__)
 
 NODES = by_kind("v1", "Node")
+LEASES = by_kind("coordination.k8s.io/v1", "Lease")
 KUBELET_VERSION = "v1.30.0-minik8s"
 MAX_PODS = 110
 ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386", "ppc64le": "ppc64le",
@@ -160,6 +164,37 @@ def node_status(info: HostInfo, address: str, port: int, runtime_version: str, r
     }
 
 
+def micro_time(moment: datetime) -> str:
+    """Kubernetes' MicroTime: RFC 3339 with microseconds, as a Lease's times are written."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def node_lease(name: str, node_uid: str | None, duration: int, now: datetime) -> dict[str, Any]:
+    """The node's Lease as first created: held by the node, owned by its Node (it goes when the Node goes)."""
+    owner = [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": node_uid}] if node_uid else []
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": NODE_LEASE_NAMESPACE, "ownerReferences": owner},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": duration, "renewTime": micro_time(now)}}
+
+
+def renewed_lease(lease: dict[str, Any], name: str, duration: int, now: datetime) -> dict[str, Any]:
+    return {**lease, "spec": {**(lease.get("spec") or {}), "holderIdentity": name, "leaseDurationSeconds": duration,
+                              "renewTime": micro_time(now)}}
+
+
+def _without_heartbeats(conditions: Any) -> Any:
+    if not isinstance(conditions, list):
+        return conditions
+    return [{key: value for key, value in condition.items() if key != "lastHeartbeatTime"}
+            for condition in conditions if isinstance(condition, dict)]
+
+
+def status_differs(stored: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether posting ``desired`` would change the stored status in more than its heartbeat times."""
+    return any(_without_heartbeats(stored.get(key)) != _without_heartbeats(value) if key == "conditions"
+               else stored.get(key) != value for key, value in desired.items())
+
+
 class NodeRegistration:
     """One Node's registration and heartbeat, without a thread of its own.
 
@@ -170,7 +205,8 @@ class NodeRegistration:
 
     def __init__(self, client: ApiClient, config: NodeConfig, address: str, port: int,
                  runtime_version: Callable[[], str | None], pod_cidr_file: str | None = DEFAULT_POD_CIDR_FILE, *,
-                 info: HostInfo | None = None, runtime_name: str = "docker", max_pods: int = MAX_PODS) -> None:
+                 info: HostInfo | None = None, runtime_name: str = "docker", max_pods: int = MAX_PODS,
+                 lease_duration: int = 40, report_frequency: float = 300.0) -> None:
         assert NODES is not None
         self.client = client
         self.config = config
@@ -181,7 +217,12 @@ class NodeRegistration:
         self.info = info or host_info()
         self.runtime_name = runtime_name
         self.max_pods = max_pods
+        self.lease_duration = lease_duration
+        self.report_frequency = report_frequency
         self._previous_ready: dict[str, Any] | None = None
+        self._reported_at: float | None = None  # monotonic time of the last status posted
+        self._lease: dict[str, Any] | None = None
+        self.uid: str | None = None
         self.spec: dict[str, Any] = {}
 
     def pod_cidr(self) -> str | None:
@@ -194,12 +235,14 @@ class NodeRegistration:
         pod_cidr = self.pod_cidr()
         wanted = node_object(self.config, self.info, pod_cidr)
         try:
-            self.spec = self.client.create(NODES, wanted).get("spec") or {}
+            created = self.client.create(NODES, wanted)
+            self.spec, self.uid = created.get("spec") or {}, created["metadata"].get("uid")
             log.info("registered node %s (pod CIDR %s)", self.config.name, pod_cidr or "none yet")
             return
         except AlreadyExists:
             pass
         current = self.client.get(NODES, self.config.name)
+        self.uid = current["metadata"].get("uid")
         spec = current.get("spec") or {}
         patch: dict[str, Any] = {"metadata": {"labels": wanted["metadata"]["labels"]}}
         taints = merged_taints(spec.get("taints"), self.config.taints_json())
@@ -220,17 +263,56 @@ class NodeRegistration:
             self.spec = self.client.patch(NODES, self.config.name, {"spec": changes}).get("spec") or {}
             log.info("node %s: pod CIDR is now %s", self.config.name, pod_cidr)
 
-    def post_status(self) -> None:
-        """One heartbeat: the whole status, Ready unless the container runtime does not answer."""
-        assert NODES is not None
+    def beat(self) -> None:
+        """One heartbeat: renew the Lease; post the status only when it differs from the stored one (say, a
+        Ready=Unknown the node lifecycle controller wrote) or once every ``report_frequency``.
+
+        The Node is read from the apiserver's cache (resourceVersion=0), as Kubernetes' kubelet does: a
+        heartbeat that rewrote the Node would send the whole object to every watcher of nodes each time.
+        """
+        self.renew_lease()
+        node = self.client.get(NODES, self.config.name, resource_version="0")
+        self.spec = node.get("spec") or {}
+        stored = node.get("status") or {}
+        self._previous_ready = next((condition for condition in stored.get("conditions") or []
+                                     if condition.get("type") == "Ready"), self._previous_ready)
+        status = self._status()
+        due = self._reported_at is None or time.monotonic() - self._reported_at >= self.report_frequency
+        if due or status_differs(stored, status):
+            self._post(status)
+
+    def renew_lease(self) -> None:
+        """Create the node's Lease, or move its renewTime to now."""
+        assert LEASES is not None
+        now = datetime.now(UTC)
+        if self._lease is None:
+            try:
+                self._lease = self.client.create(LEASES, node_lease(self.config.name, self.uid, self.lease_duration,
+                                                                    now), NODE_LEASE_NAMESPACE)
+                return
+            except AlreadyExists:
+                self._lease = self.client.get(LEASES, self.config.name, NODE_LEASE_NAMESPACE)
+        try:
+            self._lease = self.client.replace(
+                LEASES, renewed_lease(self._lease, self.config.name, self.lease_duration, now), NODE_LEASE_NAMESPACE)
+        except (Conflict, NotFound):
+            self._lease = None  # changed or removed by someone else: the next beat starts from what is stored
+            raise
+
+    def _status(self) -> dict[str, Any]:
+        """The whole status: Ready unless the container runtime does not answer."""
         version = self.runtime_version()
         ready = version is not None
         message = "kubelet is posting ready status" if ready else "container runtime is down"
-        status = node_status(self.info, self.address, self.port, version or "unknown", ready, message,
-                             datetime.now(UTC), self._previous_ready, runtime_name=self.runtime_name,
-                             max_pods=self.max_pods)
+        return node_status(self.info, self.address, self.port, version or "unknown", ready, message,
+                           datetime.now(UTC), self._previous_ready, runtime_name=self.runtime_name,
+                           max_pods=self.max_pods)
+
+    def _post(self, status: dict[str, Any]) -> None:
+        assert NODES is not None
         node = self.client.patch(NODES, self.config.name, {"status": status}, subresource="status")
         self._previous_ready = status["conditions"][0]
+        self._reported_at = time.monotonic()
         self.spec = node.get("spec") or {}
 
 
@@ -238,8 +320,10 @@ class NodeReporter(NodeRegistration):
     """Registers the Node and keeps posting its status every ``interval`` from a thread of its own until stopped."""
 
     def __init__(self, client: ApiClient, config: NodeConfig, address: str, port: int, interval: float,
-                 runtime_version: Callable[[], str | None], pod_cidr_file: str = DEFAULT_POD_CIDR_FILE) -> None:
-        super().__init__(client, config, address, port, runtime_version, pod_cidr_file)
+                 runtime_version: Callable[[], str | None], pod_cidr_file: str = DEFAULT_POD_CIDR_FILE, *,
+                 lease_duration: int = 40, report_frequency: float = 300.0) -> None:
+        super().__init__(client, config, address, port, runtime_version, pod_cidr_file,
+                         lease_duration=lease_duration, report_frequency=report_frequency)
         self.interval = interval
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="node-status", daemon=True)
@@ -259,10 +343,10 @@ class NodeReporter(NodeRegistration):
                     registered = True
                 else:
                     self.update_pod_cidr()
-                self.post_status()
+                self.beat()
             except (APIError, ConnectionFailed) as error:
-                log.warning("node %s: status not posted: %s", self.config.name, error)
+                log.warning("node %s: heartbeat failed: %s", self.config.name, error)
             except Exception:
-                log.exception("node %s: status not posted", self.config.name)
+                log.exception("node %s: heartbeat failed", self.config.name)
             if self._stopping.wait(self.interval):
                 return

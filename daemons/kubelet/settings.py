@@ -34,7 +34,10 @@ class KubeletSettings(DaemonSettings):
     root_dir: str = Field("/var/lib/minik8s/kubelet", description="state directory: emptyDir volumes, certificates")
     docker_url: str = Field("unix:///var/run/docker.sock", description="Docker Engine API endpoint")
     pod_infra_image: str = Field("pause:latest", description="image of the pause container holding a pod's namespaces")
-    status_interval: float = Field(10.0, gt=0, description="seconds between node status heartbeats")
+    status_interval: float = Field(10.0, gt=0, description="seconds between heartbeats (the node's Lease renewed)")
+    node_lease_duration_seconds: int = Field(40, ge=1, description="the duration the node's Lease states")
+    node_status_report_frequency: float = Field(
+        300.0, gt=0, description="seconds after which the node's status is posted even when it has not changed")
     resync_seconds: float = Field(30.0, ge=0, description="seconds between full resyncs of the pods on this node")
     cluster_dns: list[str] = Field(default_factory=list, description="DNS servers for pods (Docker's --dns)")
     cluster_domain: str | None = Field(None, description="cluster domain, e.g. cluster.local (pods' DNS search)")

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from daemons.api.client import ApiClient
-from daemons.api.resources import require
+from daemons.api.resources import NODE_LEASE_NAMESPACE, require
 from daemons.kubelet.hollow import hollow_node_names
 from tests.conftest import (
     ApiServerProcess,
@@ -43,6 +43,7 @@ pytestmark = pytest.mark.integration
 
 PODS = require("v1", "Pod")
 NODES = require("v1", "Node")
+LEASES = require("coordination.k8s.io/v1", "Lease")
 NAMESPACES = require("v1", "Namespace")
 REPLICASETS = require("apps/v1", "ReplicaSet")
 
@@ -109,9 +110,10 @@ def ready_condition(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def heartbeats(api: ApiClient) -> dict[str, str]:
-    """Node name -> lastHeartbeatTime of its Ready condition."""
-    return {node["metadata"]["name"]: ready_condition(node).get("lastHeartbeatTime", "")
-            for node in api.list(NODES)["items"]}
+    """Node name -> renewTime of its Lease (every node has one once it heartbeats)."""
+    leases = {lease["metadata"]["name"]: lease["spec"].get("renewTime", "")
+              for lease in api.list(LEASES, NODE_LEASE_NAMESPACE)["items"]}
+    return {node["metadata"]["name"]: leases.get(node["metadata"]["name"], "") for node in api.list(NODES)["items"]}
 
 
 def running_and_ready(pod: dict[str, Any]) -> bool:

@@ -23,11 +23,12 @@ import pytest
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
-from daemons.api.resources import by_kind
+from daemons.api.resources import NODE_LEASE_NAMESPACE, by_kind
 from tests.conftest import NODE_LABEL, ApiServerProcess, KubeletProcess, upstream_kubectls
 
 PODS = by_kind("v1", "Pod")
 NODES = by_kind("v1", "Node")
+LEASES = by_kind("coordination.k8s.io/v1", "Lease")
 EVENTS = by_kind("v1", "Event")
 
 
@@ -125,8 +126,17 @@ def test_node_registers_and_heartbeats(kubelet: KubeletProcess, api: ApiClient) 
     assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == kubelet.port
     assert status["nodeInfo"]["kubeletVersion"] == "v1.30.0-minik8s"
     assert status["nodeInfo"]["containerRuntimeVersion"].startswith("docker://")
-    first = _heartbeat(node)
-    wait_for(lambda: _heartbeat(api.get(NODES, kubelet.node_name)) != first, 10, "a newer heartbeat")
+    # Heartbeats renew the node's Lease; an unchanged status is not posted again.
+    lease = wait_for(lambda: _lease(api, kubelet.node_name), 10, "the node's Lease")
+    assert (lease["spec"]["holderIdentity"], lease["spec"]["leaseDurationSeconds"]) == (kubelet.node_name, 40)
+    assert [(ref["kind"], ref["name"], ref["uid"]) for ref in lease["metadata"]["ownerReferences"]] == [
+        ("Node", kubelet.node_name, node["metadata"]["uid"])]
+    version = api.get(NODES, kubelet.node_name)["metadata"]["resourceVersion"]
+    for _ in range(2):
+        renewed = _lease(api, kubelet.node_name)["spec"]["renewTime"]
+        wait_for(lambda since=renewed: _lease(api, kubelet.node_name)["spec"]["renewTime"] > since, 10,
+                 "a renewed Lease")
+    assert api.get(NODES, kubelet.node_name)["metadata"]["resourceVersion"] == version
 
 
 def _ready_node(api: ApiClient, name: str) -> dict[str, Any] | None:
@@ -137,8 +147,10 @@ def _ready_node(api: ApiClient, name: str) -> dict[str, Any] | None:
     return None
 
 
-def _heartbeat(node: dict[str, Any]) -> str:
-    return next(c["lastHeartbeatTime"] for c in node["status"]["conditions"] if c["type"] == "Ready")
+def _lease(api: ApiClient, name: str) -> dict[str, Any] | None:
+    with contextlib.suppress(NotFound):
+        return api.get(LEASES, name, NODE_LEASE_NAMESPACE)
+    return None
 
 
 def test_pod_containers_share_network_and_volume(kubelet: KubeletProcess, api: ApiClient, namespace: str,

@@ -40,6 +40,8 @@ pytestmark = pytest.mark.unit
 PODS = require("v1", "Pod")
 REPLICASETS = require("apps/v1", "ReplicaSet")
 DEPLOYMENTS = require("apps/v1", "Deployment")
+NODES = require("v1", "Node")
+LEASES = require("coordination.k8s.io/v1", "Lease")
 REVISIONS = itertools.count(100)
 
 
@@ -153,10 +155,10 @@ def test_an_unknown_cascade_value_is_refused():
 # --- decisions --------------------------------------------------------------------------------------
 
 
-def test_the_collector_watches_namespaced_kinds_but_events():
+def test_the_collector_watches_namespaced_kinds_but_events_and_nodes_as_owners():
     kinds = {resource.kind for resource in watched_resources()}
-    assert {"Pod", "ReplicaSet", "Deployment", "Service", "Endpoints"} <= kinds
-    assert not kinds & {"Event", "Namespace", "Node"}
+    assert {"Pod", "ReplicaSet", "Deployment", "Service", "Endpoints", "Lease", "Node"} <= kinds
+    assert not kinds & {"Event", "Namespace"}
     assert "garbagecollector" in select_controllers(["*"])
 
 
@@ -235,7 +237,7 @@ class FakeApi:
 
     def put(self, item: dict) -> dict:
         metadata = item["metadata"]
-        self.objects[(item["kind"], metadata["namespace"], metadata["name"])] = copy.deepcopy(item)
+        self.objects[(item["kind"], metadata.get("namespace"), metadata["name"])] = copy.deepcopy(item)
         return item
 
     def _find(self, resource, name, namespace):
@@ -247,9 +249,9 @@ class FakeApi:
     def get(self, resource, name, namespace=None, subresource=None):
         return copy.deepcopy(self._find(resource, name, namespace))
 
-    def list(self, resource, namespace=None, **_):
+    def list(self, resource, namespace=None, all_namespaces=False, **_):
         return {"items": [copy.deepcopy(item) for (kind, item_namespace, _name), item in self.objects.items()
-                          if kind == resource.kind and item_namespace == namespace]}
+                          if kind == resource.kind and (all_namespaces or item_namespace == namespace)]}
 
     def patch(self, resource, name, patch, namespace=None, patch_type="merge", **_):
         self.calls.append(("patch", f"{resource.kind} {name}"))
@@ -262,7 +264,7 @@ class FakeApi:
 
     def request(self, method, path, json=None, **_):
         namespace, plural, name = path.split("/")[-3:]
-        kind = next(resource.kind for resource in (PODS, REPLICASETS, DEPLOYMENTS) if resource.plural == plural)
+        kind = next(resource.kind for resource in (PODS, REPLICASETS, DEPLOYMENTS, LEASES) if resource.plural == plural)
         self.calls.append((f"delete {json['propagationPolicy']}", f"{kind} {name}"))
         current = self.objects.get((kind, namespace, name))
         if current is None:
@@ -434,3 +436,18 @@ def test_only_updates_that_touch_ownership_are_looked_at_again(api, gc):
     drain(gc)
     informer(gc, PODS).handle_event({"type": "MODIFIED", "object": stamp(status_only)})
     assert gc.controller.queue.get(timeout=0) is None
+
+
+def test_a_deleted_nodes_lease_goes_with_it(api, gc):
+    node = api.put(stamp({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "uid-n1"}}))
+    lease = api.put(obj("Lease", "n1", namespace="kube-node-lease",
+                        owners=[ref(kind="Node", name="n1", uid="uid-n1", api_version="v1")]))
+    feed(gc, NODES, "ADDED", node)
+    feed(gc, LEASES, "ADDED", lease)
+    drain(gc)
+    assert api.calls == []
+
+    del api.objects[("Node", None, "n1")]
+    feed(gc, NODES, "DELETED", stamp(copy.deepcopy(node)))
+    drain(gc)
+    assert api.calls == [("delete Background", "Lease n1")]

@@ -7,11 +7,14 @@ import pytest
 from daemons.kubelet.node import (
     HostInfo,
     merged_taints,
+    node_lease,
     node_object,
     node_status,
     parse_meminfo,
     parse_os_release,
     ready_condition,
+    renewed_lease,
+    status_differs,
 )
 from daemons.kubelet.settings import KubeletSettings, NodeConfig, load_node_config
 from daemons.machinery.settings import parse_settings
@@ -27,6 +30,7 @@ def test_settings_defaults_and_flags():
     assert (settings.port, settings.root_dir, settings.docker_url, settings.pod_infra_image) == (
         10250, "/var/lib/minik8s/kubelet", "unix:///var/run/docker.sock", "pause:latest")
     assert (settings.status_interval, settings.resync_seconds) == (10, 30)
+    assert (settings.node_lease_duration_seconds, settings.node_status_report_frequency) == (40, 300)
     assert settings.cluster_dns == ["10.96.0.10"] and settings.cluster_domain == "cluster.local"
     assert settings.tls_cert_file is None and settings.authentication_token_file is None
 
@@ -97,3 +101,31 @@ def test_the_heartbeat_moves_but_the_transition_time_stays():
     down = ready_condition(False, "container runtime is down", NOW.replace(minute=6), later)
     assert (down["status"], down["reason"], down["lastTransitionTime"]) == ("False", "KubeletNotReady",
                                                                            "2026-01-01T12:06:00Z")
+
+
+def test_only_a_change_beyond_the_heartbeat_time_needs_the_status_posted():
+    posted = node_status(INFO, "192.0.2.7", 10250, "20.10.24", True, "kubelet is posting ready status", NOW)
+    stored = {**posted, "volumesInUse": ["v1"]}  # fields others write are not ours to compare
+    ready = posted["conditions"][0]
+    again = node_status(INFO, "192.0.2.7", 10250, "20.10.24", True, "kubelet is posting ready status",
+                        NOW.replace(minute=1), ready)
+    assert not status_differs(stored, again)
+    runtime_down = node_status(INFO, "192.0.2.7", 10250, "20.10.24", False, "container runtime is down",
+                               NOW.replace(minute=1), ready)
+    assert status_differs(stored, runtime_down)
+    marked_unknown = {**stored, "conditions": [{**ready, "status": "Unknown", "reason": "NodeStatusUnknown"}]}
+    assert status_differs(marked_unknown, again)
+    assert status_differs({**stored, "addresses": []}, again)
+
+
+def test_the_node_lease_is_held_by_and_owned_by_its_node_and_renewal_moves_only_the_renew_time():
+    lease = node_lease("n1", "uid-n1", 40, NOW)
+    assert lease["metadata"] == {"name": "n1", "namespace": "kube-node-lease", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-n1"}]}
+    assert lease["spec"] == {"holderIdentity": "n1", "leaseDurationSeconds": 40,
+                             "renewTime": "2026-01-01T12:00:00.000000Z"}
+    stored = {**lease, "metadata": {**lease["metadata"], "resourceVersion": "7"}}
+    renewed = renewed_lease(stored, "n1", 40, NOW.replace(second=10))
+    assert renewed["metadata"]["resourceVersion"] == "7"
+    assert renewed["spec"]["renewTime"] == "2026-01-01T12:00:10.000000Z"
+    assert stored["spec"]["renewTime"] == "2026-01-01T12:00:00.000000Z"

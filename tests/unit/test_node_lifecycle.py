@@ -53,7 +53,7 @@ def pod(tolerations: list[Any] | None = None, deleting: bool = False, name: str 
 
 def test_a_node_is_silent_only_after_the_grace_period_since_its_heartbeat_was_seen_to_change() -> None:
     seen = observe(None, node(), now=100.0)
-    assert seen == Observation("2026-01-01T11:59:50Z", 100.0)
+    assert seen == Observation(("2026-01-01T11:59:50Z", None), 100.0)
     assert not is_silent(seen.at, view_since=0.0, now=139.9, grace=40.0)
     assert is_silent(seen.at, view_since=0.0, now=140.0, grace=40.0)
     assert silent_since(seen.at, 0.0, 40.0) == 140.0
@@ -67,6 +67,21 @@ def test_the_same_heartbeat_seen_again_keeps_its_first_observation_and_a_new_one
     assert not is_silent(fresh.at, 0.0, now=160.0, grace=40.0)
 
 
+def lease(renewed: str) -> dict:
+    return {"metadata": {"name": "n1", "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40, "renewTime": renewed}}
+
+
+def test_a_renewed_lease_is_a_heartbeat_while_the_nodes_status_stays_as_it_was() -> None:
+    seen = observe(None, node(), now=100.0, lease=lease("2026-01-01T12:00:00.000001Z"))
+    assert observe(seen, node(), now=120.0, lease=lease("2026-01-01T12:00:00.000001Z")) is seen
+    renewed = observe(seen, node(), now=130.0, lease=lease("2026-01-01T12:00:10.000001Z"))
+    assert renewed.at == 130.0
+    assert not is_silent(renewed.at, 0.0, now=160.0, grace=40.0)
+    assert is_silent(observe(renewed, node(), now=170.0, lease=lease("2026-01-01T12:00:10.000001Z")).at, 0.0,
+                     now=170.0, grace=40.0)
+
+
 def test_the_heartbeats_own_timestamp_does_not_matter_only_when_it_changed() -> None:
     """A kubelet whose clock is far behind still counts as alive while its stamps change."""
     seen = observe(None, node(beat="1999-01-01T00:00:00Z"), now=100.0)
@@ -75,7 +90,7 @@ def test_the_heartbeats_own_timestamp_does_not_matter_only_when_it_changed() -> 
 
 def test_a_node_without_any_heartbeat_counts_from_when_the_controller_first_saw_it() -> None:
     seen = observe(None, node(beat=None), now=50.0)
-    assert seen.heartbeat is None
+    assert seen.heartbeat == (None, None)
     assert not is_silent(seen.at, 0.0, now=80.0, grace=40.0)
     assert is_silent(seen.at, 0.0, now=90.0, grace=40.0)
 

@@ -32,6 +32,8 @@ pytestmark = pytest.mark.integration
 PODS = require("v1", "Pod")
 REPLICASETS = require("apps/v1", "ReplicaSet")
 DEPLOYMENTS = require("apps/v1", "Deployment")
+NODES = require("v1", "Node")
+LEASES = require("coordination.k8s.io/v1", "Lease")
 KUBECTL = Path(sys.executable).with_name("kubectl")
 HOLD = "example.com/hold"
 
@@ -177,6 +179,20 @@ def test_pods_whose_owner_never_existed_are_collected(manager, api, namespace):
     wait_for(lambda: names(api, PODS, namespace), ["mixed-0", "web-0"], manager)
     wait_for(lambda: [ref["name"] for ref in api.get(PODS, "mixed-0", namespace)["metadata"]["ownerReferences"]],
              ["web"], manager)
+
+
+def test_a_deleted_nodes_lease_goes_with_it(manager, api, namespace):
+    name = f"gc-node-{namespace}"
+    node = api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    try:
+        api.create(LEASES, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                            "metadata": {"name": name, "ownerReferences": [reference(node)]},
+                            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40}}, namespace)
+        api.delete(NODES, name)
+    finally:
+        if get(api, NODES, None, name) is not None:
+            api.delete(NODES, name)
+    wait_for(lambda: get(api, LEASES, namespace, name), None, manager)
 
 
 def test_an_unknown_policy_is_refused(manager, api, namespace):

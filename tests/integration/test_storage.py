@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import signal
+import time
 from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 
@@ -33,6 +34,20 @@ def etcd_server(tmp_path: Path) -> Iterator[EtcdProcess]:
         server.stop()
 
 
+def freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it has stopped: a thread busy on another core runs on
+    for a moment after the signal, long enough to answer a request sent right after it."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = [Path(task, "stat").read_text().rsplit(")", 1)[1].split()[0]
+                  for task in Path(f"/proc/{pid}/task").iterdir()]
+        if all(state in "Tt" for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"etcd ({pid}) did not stop: thread states {states}")
+
+
 async def put(storage: Storage, key: str) -> None:
     await storage.put_raw(key, json.dumps({"metadata": {"name": key.rsplit("/", 1)[1]}}).encode())
 
@@ -47,7 +62,7 @@ async def test_a_watch_after_one_that_timed_out_follows_its_own_prefix(etcd_serv
         await put(storage, "/registry/apples/first")
         await put(storage, "/registry/pears/first")
         assert etcd_server.process is not None
-        os.kill(etcd_server.process.pid, signal.SIGSTOP)
+        freeze(etcd_server.process.pid)
         try:
             with pytest.raises(ServiceUnavailable):
                 await storage.watch("/registry/apples/", 1)

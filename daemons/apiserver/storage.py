@@ -18,7 +18,7 @@ import grpc
 from aetcd import rpc
 
 from daemons.api.errors import Gone, ServiceUnavailable
-from daemons.machinery.etcd import WatchCompacted, WatchEnded, etcd_client, open_watch
+from daemons.machinery.etcd import WatchCompacted, WatchEnded, describe_error, etcd_client, open_watch
 
 log = logging.getLogger(__name__)
 
@@ -199,12 +199,11 @@ class Storage:
         await self._require_history(prefix, start_revision - 1)
         key = prefix.encode()
         try:
-            events = await open_watch(self._client, key, _prefix_end(key), start_revision, prev_kv=True,
-                                      timeout=self._client._timeout)
+            events = await open_watch(self._client, key, _prefix_end(key), start_revision, prev_kv=True)
         except WatchCompacted as error:
             raise Gone(f"too old resource version: {start_revision - 1} ({error})") from None
         except (grpc.aio.AioRpcError, aetcd.exceptions.ClientError, OSError, TimeoutError, WatchEnded) as error:
-            raise ServiceUnavailable(f"storage is unavailable: {_describe(error)}") from None
+            raise ServiceUnavailable(f"storage is unavailable: {describe_error(error)}") from None
         return _stored_events(events, start_revision)
 
 
@@ -216,7 +215,7 @@ async def _stored_events(events: AsyncGenerator[rpc.Event, None],
     except WatchCompacted as error:
         raise Gone(f"too old resource version: {start_revision - 1} ({error})") from None
     except (grpc.aio.AioRpcError, WatchEnded) as error:
-        raise ServiceUnavailable(f"storage watch ended: {_describe(error)}") from None
+        raise ServiceUnavailable(f"storage watch ended: {describe_error(error)}") from None
     finally:
         await events.aclose()
 
@@ -234,12 +233,6 @@ def _stored_event(event: rpc.Event) -> StoredEvent:
         return StoredEvent("DELETED", key, obj, previous, kv.mod_revision)
     kind: EventType = "ADDED" if kv.create_revision == kv.mod_revision else "MODIFIED"
     return StoredEvent(kind, key, decode(kv.value, kv.mod_revision), previous, kv.mod_revision)
-
-
-def _describe(error: BaseException) -> str:
-    if isinstance(error, grpc.aio.AioRpcError):
-        return f"{error.code().name}: {error.details()}"
-    return str(error) or type(error).__name__
 
 
 def _prefix_end(key: bytes) -> bytes:

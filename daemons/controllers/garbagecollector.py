@@ -363,6 +363,8 @@ class GarbageCollector:
         uid = uid_of(owner)
         namespace = (owner.get("metadata") or {}).get("namespace")
         for resource, _informer in self.watched.values():
+            if namespace is not None and not resource.namespaced:
+                continue  # a cluster-scoped object never depends on a namespaced owner
             listed = self.client.list(resource, namespace, all_namespaces=namespace is None)
             for dependent in listed.get("items") or []:
                 if any(ref.get("uid") == uid for ref in owner_references(dependent)):

@@ -13,7 +13,7 @@ import grpc
 from aetcd import rpc
 
 from daemons.flannel.network import Lease, NetworkConfig, parse_lease, subnet_key, subnets_prefix
-from daemons.machinery.etcd import WatchCompacted, WatchEnded, etcd_client, open_watch
+from daemons.machinery.etcd import WatchCompacted, WatchEnded, describe_error, etcd_client, open_watch
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class Registry:
                 request, timeout=self._client._timeout, metadata=self._client.metadata
             )
         except (TimeoutError, grpc.aio.AioRpcError, aetcd.exceptions.ClientError, OSError) as error:
-            raise EtcdUnavailable(f"etcd {self.endpoint} {method}: {_describe(error)}") from None
+            raise EtcdUnavailable(f"etcd {self.endpoint} {method}: {describe_error(error)}") from None
 
     async def _txn(self, compare: list[object], success: list[object]) -> bool:
         request = rpc.TxnRequest(compare=[item.build_message() for item in compare],
@@ -106,7 +106,7 @@ class Registry:
             await self._client.connect()
             reply = await self._client.refresh_lease(lease_id)
         except (TimeoutError, grpc.aio.AioRpcError, aetcd.exceptions.ClientError, OSError) as error:
-            raise EtcdUnavailable(f"etcd {self.endpoint} LeaseKeepAlive: {_describe(error)}") from None
+            raise EtcdUnavailable(f"etcd {self.endpoint} LeaseKeepAlive: {describe_error(error)}") from None
         return reply.TTL if reply is not None else 0
 
     async def revoke(self, lease_id: int) -> None:
@@ -139,21 +139,14 @@ class Registry:
         """One item per batch of lease changes from ``start_revision`` on; the caller re-reads the leases."""
         key = subnets_prefix(self.prefix).encode()
         try:
-            events = await open_watch(self._client, key, aetcd.utils.prefix_range_end(key), start_revision,
-                                      timeout=self._client._timeout)
+            events = await open_watch(self._client, key, aetcd.utils.prefix_range_end(key), start_revision)
         except (TimeoutError, grpc.aio.AioRpcError, aetcd.exceptions.ClientError, OSError, WatchEnded,
                 WatchCompacted) as error:
-            raise EtcdUnavailable(f"etcd {self.endpoint} Watch: {_describe(error)}") from None
+            raise EtcdUnavailable(f"etcd {self.endpoint} Watch: {describe_error(error)}") from None
         try:
             async for _event in events:
                 yield None
         except (grpc.aio.AioRpcError, WatchEnded, WatchCompacted) as error:
-            raise EtcdUnavailable(f"etcd {self.endpoint} watch ended: {_describe(error)}") from None
+            raise EtcdUnavailable(f"etcd {self.endpoint} watch ended: {describe_error(error)}") from None
         finally:
             await events.aclose()
-
-
-def _describe(error: BaseException) -> str:
-    if isinstance(error, grpc.aio.AioRpcError):
-        return f"{error.code().name}: {error.details()}"
-    return str(error) or type(error).__name__

@@ -31,6 +31,13 @@ def etcd_client(endpoint: str, timeout: float) -> aetcd.Client:
                         options=CLIENT_OPTIONS)
 
 
+def describe_error(error: BaseException) -> str:
+    """One line for a failed etcd call: the gRPC status and details, or the error's own words."""
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return str(error) or type(error).__name__
+
+
 class WatchCompacted(Exception):
     """The history the watch asked for is compacted away."""
 
@@ -44,7 +51,7 @@ class WatchEnded(Exception):
 
 
 async def open_watch(client: aetcd.Client, key: bytes, range_end: bytes, start_revision: int, *,
-                     prev_kv: bool = False, timeout: float = 10.0) -> AsyncGenerator[rpc.Event, None]:
+                     prev_kv: bool = False) -> AsyncGenerator[rpc.Event, None]:
     """Create the watch, then hand back its events (``mvccpb.Event``) one by one.
 
     The watch exists when this returns: a refusal (compacted history included) raises here, not later.
@@ -56,7 +63,7 @@ async def open_watch(client: aetcd.Client, key: bytes, range_end: bytes, start_r
         create = rpc.WatchCreateRequest(key=key, range_end=range_end, start_revision=start_revision,
                                         prev_kv=prev_kv)
         await call.write(rpc.WatchRequest(create_request=create))
-        answer = await asyncio.wait_for(call.read(), timeout)
+        answer = await asyncio.wait_for(call.read(), client._timeout)
         _raise_if_ended(answer)
         if not answer.created:
             raise WatchEnded("etcd answered the watch request without creating it")

@@ -5,72 +5,8 @@ A later kind is added by writing its model and appending a row to ``RESOURCES``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from daemons.api import models
-
-NameFormat = Literal["subdomain", "label", "dns1035"]
-
-
-@dataclass(frozen=True)
-class Resource:
-    kind: str
-    plural: str
-    model: type[models.KubeObject]
-    group: str = ""
-    version: str = "v1"
-    namespaced: bool = True
-    short_names: tuple[str, ...] = ()
-    subresources: tuple[str, ...] = ()
-    categories: tuple[str, ...] = ()
-    name_format: NameFormat = "subdomain"
-    # Whether the object has a spec/status split: plain writes then keep the stored status.
-    has_status: bool = True
-
-    @property
-    def singular(self) -> str:
-        return self.kind.lower()
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def list_kind(self) -> str:
-        return f"{self.kind}List"
-
-    @property
-    def qualified_name(self) -> str:
-        """``plural.group`` as kubectl and etcd keys spell it (``pods``, ``replicasets.apps``)."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    @property
-    def api_prefix(self) -> str:
-        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
-        """The REST path of the collection, one object, or one of its subresources."""
-        parts = [self.api_prefix]
-        if self.namespaced and namespace:
-            parts.append(f"namespaces/{namespace}")
-        parts.append(self.plural)
-        if name:
-            parts.append(name)
-            if subresource:
-                parts.append(subresource)
-        return "/".join(parts)
-
-    def storage_prefix(self, namespace: str | None = None) -> str:
-        """The etcd key prefix: ``/registry/<resource>[.<group>]/[<namespace>/]``."""
-        prefix = f"/registry/{self.qualified_name}/"
-        if self.namespaced and namespace:
-            prefix += f"{namespace}/"
-        return prefix
-
-    def storage_key(self, namespace: str | None, name: str) -> str:
-        return self.storage_prefix(namespace if self.namespaced else None) + name
-
+from daemons.api.bundle import Resource
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("Namespace", "namespaces", models.Namespace, namespaced=False, short_names=("ns",),

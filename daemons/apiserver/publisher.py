@@ -2,8 +2,8 @@
 
 It follows one etcd watch over ``/registry/`` and publishes each event with
 publisher confirms to the topic exchange ``minik8s.events`` under
-``<plural>.<namespace>.<name>``. The last confirmed revision is checkpointed in
-etcd, outside ``/registry/``; after any crash or broker outage it resumes from
+``<bus_topic>.<namespace>.<name>`` (``_`` for cluster-scoped objects). The last
+confirmed revision is checkpointed in etcd, outside ``/registry/``; after any crash or broker outage it resumes from
 the checkpoint, so consumers may see an event twice but never miss one.
 
 Publishes are pipelined: up to ``PUBLISH_WINDOW`` messages wait for the broker's
@@ -42,17 +42,20 @@ PUBLISH_WINDOW = 256
 PUBLISHED = Counter("apiserver_events_published_total", "Watch events published to the event bus", ["resource"])
 PUBLISHED_REVISION = Gauge("apiserver_events_published_revision", "The last etcd revision confirmed by the broker")
 
-_PLURAL_BY_STORAGE_NAME = {resource.qualified_name: resource.plural for resource in RESOURCES}
+_TOPIC_BY_STORAGE_NAME = {resource.qualified_name: resource.bus_topic for resource in RESOURCES}
 
 
 def routing_key(storage_key: str) -> str | None:
-    """``/registry/replicasets.apps/default/web`` → ``replicasets.default.web``; None for unknown keys."""
+    """``/registry/replicasets.apps/default/web`` → ``replicasets:apps.default.web``; None for unknown keys.
+
+    The first word is the row's ``bus_topic``, so two kinds of one plural in different groups never share a key.
+    """
     parts = storage_key.removeprefix("/registry/").split("/")
-    plural = _PLURAL_BY_STORAGE_NAME.get(parts[0])
-    if plural is None or len(parts) not in (2, 3):
+    topic = _TOPIC_BY_STORAGE_NAME.get(parts[0])
+    if topic is None or len(parts) not in (2, 3):
         return None
     namespace, name = (parts[1], parts[2]) if len(parts) == 3 else (CLUSTER_SCOPE, parts[1])
-    return f"{plural}.{namespace}.{name}"
+    return f"{topic}.{namespace}.{name}"
 
 
 def event_body(event: StoredEvent) -> bytes:

@@ -320,7 +320,7 @@ class Informer:
 
     def handle_message(self, routing_key: str, body: bytes) -> Delta | None:
         """Apply one message from the event exchange."""
-        if routing_key.split(".", 1)[0] != self.resource.plural:
+        if routing_key.split(".", 1)[0] != self.resource.bus_topic:
             logger.debug("%s: ignoring message routed %s", self.name, routing_key)
             return None
         try:
@@ -427,10 +427,10 @@ class Informer:
 
     @property
     def binding_key(self) -> str:
-        """The topic pattern for this informer's objects: ``<plural>.#``, narrowed to one namespace if it has one."""
+        """The topic pattern for this informer's objects: ``<bus_topic>.#``, narrowed to one namespace if it has one."""
         if self.namespace:
-            return f"{self.resource.plural}.{self.namespace}.#"
-        return f"{self.resource.plural}.#"
+            return f"{self.resource.bus_topic}.{self.namespace}.#"
+        return f"{self.resource.bus_topic}.#"
 
     def _amqp_loop(self) -> None:
         delay = RETRY_MIN_SECONDS

@@ -272,6 +272,12 @@ def test_cluster_scoped_informer_binds_every_namespace() -> None:
     assert informer.store.get(None, "n1.example.com") is not None
 
 
+def test_grouped_kind_binds_and_accepts_only_its_own_topic() -> None:
+    informer = Informer(FakeClient([], 1), resolve("replicasets.apps"), namespace="default")  # type: ignore[arg-type]
+    assert informer.binding_key == "replicasets:apps.default.#"
+    assert informer.handle_message("replicasets.default.a", b"{}") is None
+
+
 def test_added_handler_hears_about_cached_objects_first() -> None:
     client = FakeClient([pod("a", 1), pod("b", 2)], 2)
     informer = Informer(client, PODS)  # type: ignore[arg-type]

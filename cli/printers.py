@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import yaml
@@ -39,42 +38,6 @@ def tabwrite(lines: list[str], padding: int) -> list[str]:
     for i, row in enumerate(cells):
         out[i] += row[-1]
     return [line.rstrip() if not cells[i][-1] else line for i, line in enumerate(out)]
-
-
-def human_duration(seconds: float) -> str:
-    """Kubernetes' ``duration.HumanDuration``: ``45s``, ``3m20s``, ``5h``, ``2d3h``, ``3y``."""
-    if seconds < -1:
-        return "<invalid>"
-    whole = max(int(seconds), 0)
-    if whole < 120:
-        return f"{whole}s"
-    minutes, hours = whole // 60, whole // 3600
-    if minutes < 10:
-        return f"{minutes}m{whole % 60}s" if whole % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        days = (hours // 24) % 365
-        return f"{hours // 24 // 365}y{days}d" if days else f"{hours // 24 // 365}y"
-    return f"{hours // 24 // 365}y"
-
-
-def age(timestamp: str | None, now: datetime) -> str:
-    """How long ago an RFC 3339 timestamp was, or ``<unknown>`` without one."""
-    if not timestamp:
-        return "<unknown>"
-    then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=UTC)
-    return human_duration((now - then).total_seconds())
 
 
 def cell_text(value: Any) -> str:

@@ -10,11 +10,12 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.printers import age, cell_text, tabwrite
+from cli.printers import cell_text, tabwrite
 from cli.session import Session, resource_type, type_and_names
 from cli.verbs import Selector
 from daemons.api.errors import NotFound
 from daemons.api.resources import Resource
+from daemons.api.times import age
 
 SHOWN_FIRST = ("name", "namespace", "labels", "annotations", "managedFields")
 ACRONYMS = ("API", "URL", "UID", "OSB", "GUID", "IP", "CIDR", "DNS")

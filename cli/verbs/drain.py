@@ -22,6 +22,7 @@ from cli.session import CLIError, Session, error_text
 from cli.verbs import Selector
 from cli.verbs.cordon import Nodes, selected_nodes, set_unschedulable
 from daemons.api.errors import APIError, NotFound
+from daemons.api.phases import TERMINAL_PHASES
 from daemons.api.resources import by_kind
 
 PODS = by_kind("v1", "Pod")
@@ -79,7 +80,7 @@ def controller_of(pod: Obj) -> Obj | None:
 
 
 def _finished(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
 
 
 def _daemonset(pod: Obj, rules: DrainRules) -> Verdict:

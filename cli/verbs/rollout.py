@@ -18,6 +18,7 @@ import yaml
 
 from cli.session import CLIError, Session, object_ref, type_and_names
 from daemons.api.resources import Resource, require
+from daemons.api.times import rfc3339
 
 Obj = dict[str, Any]
 
@@ -139,7 +140,7 @@ def undo_patch(deployment: Obj, rs: Obj) -> list[Obj]:
 
 def restart_patch(now: datetime) -> Obj:
     return {"spec": {"template": {"metadata": {"annotations": {
-        RESTARTED_AT: now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}}}}}
+        RESTARTED_AT: rfc3339(now)}}}}}
 
 
 # --- verbs --------------------------------------------------------------------------------------------

@@ -9,11 +9,12 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.printers import human_duration, tabwrite
+from cli.printers import tabwrite
 from cli.session import CLIError, Session
 from cli.verbs import Selector
 from daemons.api.quantity import parse_quantity
 from daemons.api.resources import require
+from daemons.api.times import human_duration, parse_time
 
 METRICS_PREFIX = "/apis/metrics.k8s.io/v1beta1"
 NODE_COLUMNS = ["NAME", "CPU(cores)", "CPU(%)", "MEMORY(bytes)", "MEMORY(%)"]
@@ -157,7 +158,7 @@ def _unavailable(session: Session, name: str | None, selector: str | None, names
     now = datetime.now(UTC)
     for pod in pods:
         metadata = pod["metadata"]
-        created = datetime.fromisoformat(metadata["creationTimestamp"].replace("Z", "+00:00"))
+        created = parse_time(metadata.get("creationTimestamp")) or now
         age = (now - created).total_seconds()
         if age > METRICS_CREATION_DELAY:
             raise CLIError(f"Metrics not available for pod {metadata['namespace']}/{metadata['name']}, "

@@ -22,6 +22,7 @@ from typing import Any
 
 from daemons.api.errors import APIError, Conflict, ConnectionFailed, NotFound
 from daemons.api.models import HEADLESS
+from daemons.api.phases import TERMINAL_PHASES
 from daemons.api.resources import require
 from daemons.api.selectors import LabelSelectorQuery
 from daemons.controllers.context import ControllerContext
@@ -36,7 +37,6 @@ HEADLESS_LABEL = "service.kubernetes.io/headless"
 # Marks the Endpoints this controller wrote, as Kubernetes does; only those are deleted with their Service.
 MANAGED_BY_LABEL = "endpoints.kubernetes.io/managed-by"
 CONTROLLER_NAME = "endpoint-controller"
-TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 SERVICES = require("v1", "Service")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from daemons.api.times import parse_time, rfc3339
 from daemons.api.tolerations import tolerates
 
 Obj = dict[str, Any]
@@ -35,21 +36,6 @@ class Observation:
 
     heartbeat: Heartbeat
     at: float
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """An RFC 3339 timestamp as an aware datetime; None when missing or unreadable."""
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def ready_condition(node: Obj) -> Obj | None:

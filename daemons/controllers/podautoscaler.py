@@ -27,6 +27,7 @@ from daemons.api.models import HorizontalPodAutoscalerBehavior, HorizontalPodAut
 from daemons.api.quantity import format_cpu, format_memory, parse_quantity
 from daemons.api.resources import Resource, by_kind, require, resolve
 from daemons.api.selectors import LabelSelectorQuery, SelectorError
+from daemons.api.times import rfc3339
 from daemons.api.usage import WINDOW_SECONDS, PrometheusClient, PrometheusError, Usage, pod_usage
 from daemons.controllers.context import ControllerContext
 from daemons.controllers.replica_calculator import (
@@ -38,7 +39,6 @@ from daemons.controllers.replica_calculator import (
     record_scale,
     utilization_replicas,
 )
-from daemons.controllers.rollout import rfc3339
 from daemons.machinery.controller import Controller, PermanentError, TemporaryError
 from daemons.machinery.events import EventRecorder
 from daemons.machinery.keys import key_of

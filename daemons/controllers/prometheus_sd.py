@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from daemons.api.files import write_if_changed
 from daemons.api.resources import require
 from daemons.controllers.context import ControllerContext
 from daemons.machinery.controller import Controller, TemporaryError
@@ -80,26 +79,6 @@ def target_files(nodes: Iterable[Obj]) -> dict[str, str]:
         KUBELETS_FILE: json.dumps(file_sd_groups(nodes), indent=2) + "\n",
         PROXIES_FILE: json.dumps(file_sd_groups(nodes, PROXY_METRICS_PORT), indent=2) + "\n",
     }
-
-
-def write_if_changed(path: Path, content: str) -> bool:
-    """Replace ``path`` by ``content`` atomically (world-readable), unless it says that already; whether it wrote."""
-    try:
-        if path.read_text() == content:
-            return False
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(content)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return True
 
 
 # --- the controller -------------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemons.api.models import HorizontalPodAutoscalerBehavior, HPAScalingRules
+from daemons.api.phases import TERMINAL_PHASES
 from daemons.api.quantity import parse_quantity
-from daemons.controllers.replicaset import parse_time, ready_condition
+from daemons.controllers.replicaset import epoch_seconds, ready_condition
 
 Obj = dict[str, Any]
 
@@ -58,7 +59,7 @@ def group_pods(pods: Sequence[Obj], metrics: Mapping[str, int], resource: str, n
         name = pod["metadata"]["name"]
         status = pod.get("status") or {}
         phase = status.get("phase")
-        if pod["metadata"].get("deletionTimestamp") or phase in ("Failed", "Succeeded"):
+        if pod["metadata"].get("deletionTimestamp") or phase in TERMINAL_PHASES:
             ignored.add(name)
             continue
         if phase == "Pending":
@@ -69,11 +70,11 @@ def group_pods(pods: Sequence[Obj], metrics: Mapping[str, int], resource: str, n
             continue
         if resource == "cpu":
             condition = ready_condition(pod)
-            started = parse_time(status.get("startTime"))
+            started = epoch_seconds(status.get("startTime"))
             if condition is None or started is None:
                 is_unready = True
             else:
-                transition = parse_time(condition.get("lastTransitionTime")) or started
+                transition = epoch_seconds(condition.get("lastTransitionTime")) or started
                 if started + CPU_INITIALIZATION_PERIOD > now:
                     # the sample (taken now over the window) must lie wholly after the pod became ready
                     is_unready = condition.get("status") == "False" or now < transition + metric_window

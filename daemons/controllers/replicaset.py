@@ -19,8 +19,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from daemons.api.errors import APIError, ConnectionFailed, MiniK8sError, NotFound
+from daemons.api.phases import TERMINAL_PHASES
 from daemons.api.resources import require
 from daemons.api.selectors import LabelSelectorQuery, SelectorError
+from daemons.api.times import parse_time, rfc3339
 from daemons.controllers.context import ControllerContext
 from daemons.controllers.ownership import ChildControl, claim, controller_of, is_being_deleted
 from daemons.machinery.controller import Controller, Expectations, PermanentError, TemporaryError
@@ -42,7 +44,6 @@ PARALLEL_WRITES = 16
 REPLICA_FAILURE = "ReplicaFailure"
 # The Status cause of a create refused because the namespace is being deleted: no failure, nothing to retry.
 NAMESPACE_TERMINATING = "NamespaceTerminating"
-TERMINAL_PHASES = ("Succeeded", "Failed")
 # Pods in these phases go first when scaling down: Pending, then Unknown, then Running.
 PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
 
@@ -65,15 +66,10 @@ def is_ready(pod: Obj) -> bool:
     return condition is not None and condition.get("status") == "True"
 
 
-def parse_time(value: str | None) -> float | None:
+def epoch_seconds(value: str | None) -> float | None:
     """An RFC 3339 timestamp as seconds since the epoch; None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    moment = parse_time(value)
+    return moment.timestamp() if moment else None
 
 
 def ready_since(pod: Obj) -> float | None:
@@ -81,7 +77,7 @@ def ready_since(pod: Obj) -> float | None:
     condition = ready_condition(pod)
     if condition is None or condition.get("status") != "True":
         return None
-    return parse_time(condition.get("lastTransitionTime"))
+    return epoch_seconds(condition.get("lastTransitionTime"))
 
 
 def available_in(pod: Obj, min_ready_seconds: int, now: float) -> float | None:
@@ -110,7 +106,7 @@ def deletion_rank(pod: Obj) -> tuple[Any, ...]:
     metadata, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     ready = is_ready(pod)
     since = (ready_since(pod) or math.inf) if ready else 0.0  # an unknown time sorts as the newest
-    created = parse_time(metadata.get("creationTimestamp")) or math.inf
+    created = epoch_seconds(metadata.get("creationTimestamp")) or math.inf
     return (bool(spec.get("nodeName")), PHASE_RANK.get(status.get("phase") or "Pending", 0), ready,
             -since, -restarts(pod), -created, metadata.get("name") or "")
 
@@ -173,7 +169,7 @@ def calculate_status(rs: Obj, pods: list[Obj], manage_error: str | None, failure
     if manage_error is not None and failure is None:
         conditions.append({"type": REPLICA_FAILURE, "status": "True", "reason": failure_reason,
                            "message": manage_error,
-                           "lastTransitionTime": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")})
+                           "lastTransitionTime": rfc3339(datetime.fromtimestamp(now, UTC))})
     elif manage_error is None and failure is not None:
         conditions.remove(failure)
     status: Obj = {"replicas": len(pods), "fullyLabeledReplicas": fully_labeled, "readyReplicas": ready,

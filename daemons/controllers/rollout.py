@@ -13,8 +13,11 @@ import copy
 import json
 import math
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
+
+from daemons.api.phases import TERMINAL_PHASES
+from daemons.api.times import parse_time, rfc3339
 
 Obj = dict[str, Any]
 
@@ -42,16 +45,6 @@ PAUSED = "DeploymentPaused"
 RESUMED = "DeploymentResumed"
 MIN_AVAILABLE = "MinimumReplicasAvailable"
 MIN_UNAVAILABLE = "MinimumReplicasUnavailable"
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 # --- reading objects ------------------------------------------------------------------------------------
@@ -422,7 +415,7 @@ def old_pods_running(old_rses: Iterable[Obj], pods: Iterable[Obj]) -> bool:
     for pod in pods:
         owner = next((ref for ref in _meta(pod).get("ownerReferences") or [] if ref.get("controller")), None)
         if owner is not None and owner.get("uid") in uids \
-                and _status(pod).get("phase") not in ("Failed", "Succeeded"):
+                and _status(pod).get("phase") not in TERMINAL_PHASES:
             return True
     return False
 

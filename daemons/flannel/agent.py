@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from pyroute2 import AsyncIPRoute
 
+from daemons.api.files import write_if_changed
 from daemons.flannel import firewall, kernel
 from daemons.flannel.firewall import FirewallError
 from daemons.flannel.kernel import KernelError, Underlay, VxlanDevice
@@ -70,20 +70,6 @@ def read_text(path: Path) -> str:
         return path.read_text()
     except FileNotFoundError:
         return ""
-
-
-def write_atomically(path: Path, text: str) -> bool:
-    """Replace ``path`` with ``text`` in one rename; False when it already says that."""
-    if read_text(path) == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    with temporary.open("w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    temporary.replace(path)
-    return True
 
 
 class Agent:
@@ -184,7 +170,7 @@ class Agent:
         for change in firewall.ensure_rules(node.config.network, self.settings.ip_masq):
             log.info("iptables: %s", change)
         # Last, so that the file's existence means the node is ready for Docker to start on the subnet.
-        if write_atomically(self.settings.subnet_file, render_subnet_file(
+        if write_if_changed(self.settings.subnet_file, render_subnet_file(
                 node.config, self.subnet, node.underlay.overlay_mtu, self.settings.ip_masq)):
             log.info("wrote %s for subnet %s", self.settings.subnet_file, self.subnet)
         self._served = True

@@ -10,21 +10,17 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import APIError, ConnectionFailed, NotFound
 from daemons.api.resources import by_kind
+from daemons.api.times import rfc3339
 
 log = logging.getLogger(__name__)
 
 EVENTS = by_kind("v1", "Event")
 EventType = Literal["Normal", "Warning"]
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def involved_object(obj: dict[str, Any], field_path: str | None = None) -> dict[str, Any]:
@@ -61,7 +57,7 @@ class EventRecorder:
             if existing and self._bump(namespace, existing):
                 return
             name = f"{metadata.get('name')}.{secrets.token_hex(8)}"
-            now = _now()
+            now = rfc3339()
             event = {
                 "apiVersion": "v1", "kind": "Event",
                 "metadata": {"name": name, "namespace": namespace},
@@ -83,7 +79,7 @@ class EventRecorder:
     def _bump(self, namespace: str, name: str) -> bool:
         try:
             current = self.client.get(EVENTS, name, namespace)
-            self.client.patch(EVENTS, name, {"count": int(current.get("count") or 1) + 1, "lastTimestamp": _now(),
+            self.client.patch(EVENTS, name, {"count": int(current.get("count") or 1) + 1, "lastTimestamp": rfc3339(),
                                              "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}},
                               namespace)
             return True

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from daemons.proxy.files import read_text, write_atomic
+from daemons.api.files import write_atomic
+from daemons.proxy.files import read_text
 from daemons.proxy.names import ClusterView, hosts_file
 
 log = logging.getLogger(__name__)

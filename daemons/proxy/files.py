@@ -1,12 +1,11 @@
-"""Files and processes the proxy hands configuration to: atomic writes and a signal to the pid in a pid file."""
+"""Files and processes the proxy hands configuration to: reading a file that may not exist yet, and a signal to
+the pid in a pid file (writes go through daemons.api.files)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
-import tempfile
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -18,20 +17,6 @@ def read_text(path: Path) -> str | None:
         return path.read_text()
     except FileNotFoundError:
         return None
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``text`` in one rename, so a reader sees the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as temporary:
-        temporary.write(text)
-    try:
-        os.chmod(temporary.name, mode)
-        os.replace(temporary.name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary.name)
-        raise
 
 
 def signal_pid_file(pid_file: Path, signum: signal.Signals = signal.SIGHUP) -> bool:

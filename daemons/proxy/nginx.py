@@ -21,6 +21,7 @@ from pathlib import Path
 import jinja2
 from prometheus_client import Counter
 
+from daemons.api.files import write_atomic
 from daemons.proxy.files import read_text, signal_pid_file
 from daemons.proxy.names import ClusterView, VirtualHost
 
@@ -72,8 +73,7 @@ class NginxProgrammer:
         self.config.parent.mkdir(parents=True, exist_ok=True)
         # nginx -t opens the pid file too: its directory (under /run, empty after a reboot) must exist first.
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
-        self.candidate.write_text(text)
-        os.chmod(self.candidate, 0o644)
+        write_atomic(self.candidate, text)
         result = subprocess.run([self.binary, "-t", "-q", "-c", str(self.candidate)], capture_output=True, text=True,
                                 timeout=TEST_TIMEOUT_SECONDS, check=False)
         if result.returncode != 0:

@@ -17,13 +17,13 @@ import logging
 import threading
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from prometheus_client import Counter, Histogram
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import APIError, Conflict, ConnectionFailed, NotFound
 from daemons.api.resources import require
+from daemons.api.times import rfc3339
 from daemons.machinery.controller import Controller, TemporaryError
 from daemons.machinery.events import EventRecorder
 from daemons.machinery.informer import Informer, wait_all_synced
@@ -53,10 +53,6 @@ ATTEMPTS = Counter("minik8s_scheduler_schedule_attempts_total", "Scheduling atte
 ATTEMPT_SECONDS = Histogram("minik8s_scheduler_scheduling_attempt_duration_seconds",
                             "Time to place (and bind) one pod", ["result"])
 BIND_SECONDS = Histogram("minik8s_scheduler_binding_duration_seconds", "Time to write one binding", ["result"])
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def wants_scheduling(pod: Obj, scheduler_name: str) -> bool:
@@ -269,7 +265,7 @@ class Scheduler:
     def _report_unschedulable(self, key: str, pod: Obj, message: str) -> None:
         """A FailedScheduling event, and PodScheduled=False on the pod, as Kubernetes reports it."""
         self.recorder.record(pod, "Warning", "FailedScheduling", message)
-        condition = unschedulable_condition(pod, message, _now())
+        condition = unschedulable_condition(pod, message, rfc3339())
         if condition is None:
             return
         namespace, name = split_key(key)

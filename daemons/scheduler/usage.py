@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from daemons.api.phases import TERMINAL_PHASES
 from daemons.api.quantity import cpu_millis, memory_bytes, parse_quantity
 
 Obj = dict[str, Any]
 
-TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)

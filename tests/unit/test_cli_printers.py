@@ -1,14 +1,13 @@
-"""Printers: kubectl's table alignment, ages, server Table layouts, YAML/JSON dumps."""
+"""Printers: kubectl's table alignment, server Table layouts, YAML/JSON dumps."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 import pytest
 import yaml
 
-from cli.printers import TableLayout, age, as_list, cell_text, dump, human_duration, tabwrite
+from cli.printers import TableLayout, as_list, cell_text, dump, tabwrite
 
 pytestmark = pytest.mark.unit
 
@@ -30,21 +29,6 @@ def test_tabwrite_pads_to_widest_cell_plus_padding_and_leaves_last_column_bare()
 def test_tabwrite_aligns_runs_of_lines_separately_as_go_tabwriter_does():
     lines = tabwrite(["Name:\tweb", "Annotations:\t<none>", "Spec:", "  Replicas:\t3", "Events:\t<none>"], 2)
     assert lines == ["Name:         web", "Annotations:  <none>", "Spec:", "  Replicas:  3", "Events:      <none>"]
-
-
-@pytest.mark.parametrize(("seconds", "text"), [
-    (-5, "<invalid>"), (0, "0s"), (119, "119s"), (125, "2m5s"), (600, "10m"), (3 * 3600, "3h"),
-    (3 * 3600 + 300, "3h5m"), (30 * 3600, "30h"), (50 * 3600, "2d2h"), (10 * 86400, "10d"),
-    (3 * 365 * 86400 + 86400, "3y1d"), (9 * 365 * 86400, "9y"),
-])
-def test_human_duration_matches_kubernetes(seconds, text):
-    assert human_duration(seconds) == text
-
-
-def test_age_from_timestamp():
-    now = datetime(2024, 1, 1, 12, 0, 0, tzinfo=UTC)
-    assert age("2024-01-01T11:55:00Z", now) == "5m"
-    assert age(None, now) == "<unknown>"
 
 
 def test_cells_print_like_go():

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from daemons.api.quantity import cpu_millis, memory_bytes
+from daemons.api.quantity import cpu_millis, memory_bytes, parse_quantity
+from daemons.kubelet.configfiles import ConfigKind, ConfigObjects, not_found, volume_dir, volume_kind
 
 LABEL_POD_UID = "io.minik8s.pod.uid"
 LABEL_POD_NAMESPACE = "io.minik8s.pod.namespace"
@@ -84,6 +85,7 @@ class VolumeSource:
     host_path: str
     create: Literal["directory", "file", "none"]
     empty_dir: bool = False
+    config: ConfigKind | None = None  # a configMap or secret volume: the kubelet writes its files
 
 
 def pod_dir(root_dir: str, pod: Mapping[str, Any]) -> str:
@@ -103,14 +105,21 @@ def volume_sources(pod: Mapping[str, Any], root_dir: str) -> dict[str, VolumeSou
             kind = host_path.get("type") or ""
             create = {"DirectoryOrCreate": "directory", "FileOrCreate": "file"}.get(kind, "none")
             sources[name] = VolumeSource(name, host_path["path"], create)  # type: ignore[arg-type]
+        elif (config := volume_kind(volume)) is not None:
+            path = volume_dir(pod_dir(root_dir, pod), config[0], name)
+            sources[name] = VolumeSource(name, path, "directory", config=config[0])
         else:
             kinds = sorted(key for key in volume if key != "name")
             raise ConfigError(f"volume {name!r}: unsupported volume type {', '.join(kinds) or '(none)'}")
     return sources
 
 
-def binds(container: Mapping[str, Any], volumes: Mapping[str, str]) -> list[str]:
-    """Docker bind specs (``host:container:ro|rw``) for a container's volumeMounts."""
+def binds(container: Mapping[str, Any], volumes: Mapping[str, str],
+          read_only: frozenset[str] = frozenset()) -> list[str]:
+    """Docker bind specs (``host:container:ro|rw``) for a container's volumeMounts.
+
+    ``read_only`` names the volumes that are always mounted read-only (configMap and secret, as upstream).
+    """
     result = []
     for mount in container.get("volumeMounts") or []:
         host = volumes.get(mount["name"])
@@ -118,7 +127,8 @@ def binds(container: Mapping[str, Any], volumes: Mapping[str, str]) -> list[str]
             raise ConfigError(f"volumeMount {mount['name']!r}: no such volume in the pod")
         if mount.get("subPath"):
             host = os.path.join(host, mount["subPath"])
-        result.append(f"{host}:{mount['mountPath']}:{'ro' if mount.get('readOnly') else 'rw'}")
+        mode = "ro" if mount.get("readOnly") or mount["name"] in read_only else "rw"
+        result.append(f"{host}:{mount['mountPath']}:{mode}")
     return result
 
 
@@ -180,22 +190,122 @@ def service_environment(pod: Mapping[str, Any], services: list[Mapping[str, Any]
     return variables
 
 
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+def expand(text: str, variables: Mapping[str, str]) -> str:
+    """``$(NAME)`` replaced as upstream does: ``$$`` is a literal ``$``; an unknown or unclosed reference stays."""
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        if text[index] == "$" and index + 1 < len(text):
+            following = text[index + 1]
+            if following == "$":
+                out.append("$")
+                index += 2
+                continue
+            end = text.find(")", index + 2) if following == "(" else -1
+            if end != -1:
+                name = text[index + 2:end]
+                out.append(variables[name] if name in variables else text[index:end + 1])
+                index = end + 1
+                continue
+        out.append(text[index])
+        index += 1
+    return "".join(out)
+
+
+def resource_field(container: Mapping[str, Any], selector: Mapping[str, Any],
+                   allocatable: Mapping[str, str]) -> str:
+    """A ``resourceFieldRef`` value: the container's limit or request over ``divisor``, rounded up.
+
+    As upstream: an unset limit is the node's allocatable amount, an unset request the limit (or 0).
+    """
+    resource = str(selector.get("resource") or "")
+    group, _, name = resource.partition(".")
+    if group not in ("limits", "requests") or name not in ("cpu", "memory", "ephemeral-storage"):
+        raise ConfigError(f"unsupported resourceFieldRef {resource!r}")
+    resources = container.get("resources") or {}
+    value = (resources.get(group) or {}).get(name)
+    if value is None:
+        value = (resources.get("limits") or {}).get(name) if group == "requests" else allocatable.get(name)
+    try:
+        divisor = parse_quantity(selector.get("divisor") or "1")
+        amount = parse_quantity(value if value is not None else "0")
+    except ValueError as error:
+        raise ConfigError(f"resourceFieldRef {resource!r}: {error}") from None
+    if divisor <= 0:
+        raise ConfigError(f"resourceFieldRef {resource!r}: divisor must be positive")
+    return str(int((amount / divisor).to_integral_value(rounding="ROUND_CEILING")))
+
+
+def _key_ref(kind: ConfigKind, selector: Mapping[str, Any], namespace: str,
+             objects: ConfigObjects) -> str | None:
+    """A configMapKeyRef or secretKeyRef value; None when it is optional and missing."""
+    name, key = str(selector.get("name") or ""), str(selector.get("key") or "")
+    data = objects.get((kind, name))
+    if data is None or key not in data:
+        if selector.get("optional"):
+            return None
+        if data is None:
+            raise ConfigError(not_found(kind, name))
+        raise ConfigError(f"couldn't find key {key} in {kind} {namespace}/{name}")
+    return data[key].decode(errors="replace")
+
+
+def _from_sources(container: Mapping[str, Any], objects: ConfigObjects) -> dict[str, str]:
+    """The variables of ``envFrom``: every key of each ConfigMap or Secret, with its prefix, later ones winning."""
+    variables: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        kind: ConfigKind = "ConfigMap" if source.get("configMapRef") else "Secret"
+        selector = source.get("configMapRef") or source.get("secretRef") or {}
+        data = objects.get((kind, str(selector.get("name") or "")))
+        if data is None:
+            if selector.get("optional"):
+                continue
+            raise ConfigError(not_found(kind, str(selector.get("name") or "")))
+        for key, value in data.items():
+            name = f"{source.get('prefix') or ''}{key}"
+            if _ENV_NAME.match(name):  # upstream skips keys that are no valid variable name
+                variables.pop(name, None)
+                variables[name] = value.decode(errors="replace")
+    return variables
+
+
 def environment(pod: Mapping[str, Any], container: Mapping[str, Any], pod_ip: str, host_ip: str,
-                services: Mapping[str, str] | None = None) -> list[str]:
-    """``NAME=value`` lines: the Services' variables, then the container's own in spec order (fieldRef values
-    resolved), which win over a Service variable of the same name."""
-    own = {variable["name"] for variable in container.get("env") or []}
-    result = [f"{name}={value}" for name, value in (services or {}).items() if name not in own]
+                services: Mapping[str, str] | None = None, objects: ConfigObjects | None = None,
+                allocatable: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The container's environment in order: Service variables, then ``envFrom``, then ``env`` (later wins).
+
+    ``objects`` holds the data of the ConfigMaps and Secrets the pod names;
+    each ``env`` value has its ``$(VAR)`` references to the variables before
+    it expanded. A missing non-optional reference is a ``ConfigError``.
+    """
+    objects = objects or {}
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    variables = dict(services or {})
+    for name, value in _from_sources(container, objects).items():
+        variables.pop(name, None)
+        variables[name] = value
     for variable in container.get("env") or []:
         source = variable.get("valueFrom")
+        found: str | None
         if source is None:
-            value = str(variable.get("value") or "")
+            found = expand(str(variable.get("value") or ""), variables)
         elif "fieldRef" in source:
-            value = field_ref(pod, source["fieldRef"]["fieldPath"], pod_ip, host_ip)
+            found = field_ref(pod, source["fieldRef"]["fieldPath"], pod_ip, host_ip)
+        elif "resourceFieldRef" in source:
+            found = resource_field(container, source["resourceFieldRef"], allocatable or {})
+        elif "configMapKeyRef" in source:
+            found = _key_ref("ConfigMap", source["configMapKeyRef"], namespace, objects)
+        elif "secretKeyRef" in source:
+            found = _key_ref("Secret", source["secretKeyRef"], namespace, objects)
         else:
             raise ConfigError(f"env {variable['name']!r}: unsupported valueFrom {', '.join(sorted(source))}")
-        result.append(f"{variable['name']}={value}")
-    return result
+        if found is not None:
+            variables.pop(variable["name"], None)
+            variables[variable["name"]] = found
+    return variables
 
 
 # --- create arguments ---------------------------------------------------------------------------------
@@ -269,15 +379,21 @@ def container_create_args(
     pod_ip: str = "",
     host_ip: str = "",
     services: Mapping[str, str] | None = None,
+    objects: ConfigObjects | None = None,
+    allocatable: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``containers.create`` arguments of one app container, joined to the pause container ``pause_id``.
 
     ``volumes`` maps the pod's volume names to host paths; ``services`` are the
-    variables of :func:`service_environment`; ``backoff`` is the
+    variables of :func:`service_environment`; ``objects`` the data of the
+    ConfigMaps and Secrets the pod names; ``backoff`` is the
     number of quick restarts before this one, carried in a label so that the
     back-off survives a kubelet restart.
     """
     user, group_add = security(pod, container)
+    variables = environment(pod, container, pod_ip, host_ip, services, objects, allocatable)
+    read_only = frozenset(volume["name"] for volume in (pod.get("spec") or {}).get("volumes") or []
+                          if volume_kind(volume) is not None)
     labels = pod_labels(pod, node_name, KIND_APP, container["name"])
     labels.update({LABEL_RESTART_COUNT: str(restart_count), LABEL_HASH: container_hash(container),
                    LABEL_BACKOFF: str(backoff)})
@@ -287,15 +403,15 @@ def container_create_args(
         "labels": labels,
         "network_mode": f"container:{pause_id}",
         "ipc_mode": f"container:{pause_id}",
-        "environment": environment(pod, container, pod_ip, host_ip, services),
-        "volumes": binds(container, volumes),
+        "environment": [f"{name}={value}" for name, value in variables.items()],
+        "volumes": binds(container, volumes, read_only),
         "detach": True,
         **limits(container),
     }
     if container.get("command"):
-        args["entrypoint"] = list(container["command"])
+        args["entrypoint"] = [expand(part, variables) for part in container["command"]]
     if container.get("args"):
-        args["command"] = list(container["args"])
+        args["command"] = [expand(part, variables) for part in container["args"]]
     if container.get("workingDir"):
         args["working_dir"] = container["workingDir"]
     if user is not None:

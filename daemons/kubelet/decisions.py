@@ -158,3 +158,32 @@ class PodContainers:
 
     def all(self) -> list[ObservedContainer]:
         return [*self.pause, *(c for found in self.apps.values() for c in found)]
+
+
+@dataclass(frozen=True)
+class InitProgress:
+    """Where a pod's init containers stand: the one to act on now, and whether the app containers may run."""
+
+    actions: Mapping[str, Action]  # at most one entry: the init container that runs or is to run now
+    initialized: bool
+    failed: bool = False  # one failed under restartPolicy Never: the pod fails
+
+
+def init_progress(init_containers: list[Mapping[str, Any]], group: PodContainers, restart_policy: str,
+                  now: datetime, app_names: list[str]) -> InitProgress:
+    """Run init containers one at a time, in order, each to exit 0 before the next.
+
+    A failed one restarts (with back-off) unless the pod's policy is Never, which
+    fails the pod. Once any app container exists the pod counts as initialized,
+    as upstream: init containers are not run again for it.
+    """
+    if not init_containers or any(group.newest(name) is not None for name in app_names):
+        return InitProgress({}, True)
+    policy = "Never" if restart_policy == "Never" else "OnFailure"
+    for container in init_containers:
+        newest = group.newest(container["name"])
+        action = next_action(container, newest, policy, now)
+        if action.kind == "done" and newest is not None and newest.exit_code == 0:
+            continue
+        return InitProgress({container["name"]: action}, False, failed=action.kind == "done")
+    return InitProgress({}, True)

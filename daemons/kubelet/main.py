@@ -113,7 +113,7 @@ class Kubelet:
         pod = self.informer.store.get(namespace, pod_name)
         if pod is None:
             raise NotOnNode(f'pods "{pod_name}" not found on node {self.node_name}')
-        names = [c["name"] for c in pod["spec"]["containers"]]
+        names = [c["name"] for c in [*(pod["spec"].get("initContainers") or []), *pod["spec"]["containers"]]]
         if container not in names:
             raise NotOnNode(f"container {container} is not valid for pod {pod_name}")
         group = PodContainers.of([c for c in self.runtime.pod_containers(namespace, pod_name)

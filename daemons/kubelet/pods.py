@@ -22,9 +22,19 @@ from typing import Any
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import APIError, ConnectionFailed, NotFound
-from daemons.api.resources import by_kind, require
+from daemons.api.resources import Resource, by_kind, require
+from daemons.kubelet import configfiles
 from daemons.kubelet import spec as podspec
-from daemons.kubelet.decisions import Action, ObservedContainer, PodContainers, backoff_delay, next_action
+from daemons.kubelet.configfiles import ConfigKind, MissingConfig
+from daemons.kubelet.decisions import (
+    Action,
+    InitProgress,
+    ObservedContainer,
+    PodContainers,
+    backoff_delay,
+    init_progress,
+    next_action,
+)
 from daemons.kubelet.probes import ProbeKind, ProbeManager
 from daemons.kubelet.runtime import DOCKER_ERRORS, DockerRuntime
 from daemons.kubelet.status import TERMINAL_PHASES, build_pod_status, container_status, status_patch
@@ -37,6 +47,8 @@ log = logging.getLogger(__name__)
 
 PODS = by_kind("v1", "Pod")
 SERVICES = require("v1", "Service")
+CONFIG_RESOURCES: dict[ConfigKind, Resource] = {"ConfigMap": require("v1", "ConfigMap"),
+                                                "Secret": require("v1", "Secret")}
 ORPHAN_GRACE_SECONDS = 2
 CREATE_RETRY_SECONDS = 10.0
 ORPHAN_DIR_AGE_SECONDS = 60.0
@@ -176,55 +188,88 @@ class PodSyncer:
     def _remove_pod_dir(self, uid: str) -> None:
         path = Path(self.root_dir, "pods", uid)
         if path.is_dir():
+            configfiles.unmount_under(str(path))  # the secret volumes' tmpfs
             shutil.rmtree(path, ignore_errors=True)
 
     # --- convergence --------------------------------------------------------------------------------
 
-    def _decide(self, pod: dict[str, Any], group: PodContainers, now: datetime) -> dict[str, Action]:
+    def _decide(self, pod: dict[str, Any], group: PodContainers,
+                now: datetime) -> tuple[dict[str, Action], InitProgress]:
+        """Actions for the init container that is due, or, once the pod is initialized, for every app container."""
         policy = pod["spec"].get("restartPolicy", "Always")
-        actions = {}
-        for container in pod["spec"]["containers"]:
-            newest = group.newest(container["name"])
-            failed = newest is not None and newest.state == "running" and self.probes.liveness_failed(newest.id)
-            actions[container["name"]] = next_action(container, newest, policy, now, liveness_failed=failed)
-        return actions
+        init = init_progress(pod["spec"].get("initContainers") or [], group, policy, now,
+                             [container["name"] for container in pod["spec"]["containers"]])
+        actions = dict(init.actions)
+        if init.initialized:
+            for container in pod["spec"]["containers"]:
+                newest = group.newest(container["name"])
+                failed = newest is not None and newest.state == "running" and self.probes.liveness_failed(newest.id)
+                actions[container["name"]] = next_action(container, newest, policy, now, liveness_failed=failed)
+        return actions, init
 
     def _converge(self, key: str, pod: dict[str, Any], group: PodContainers) -> None:
         now = datetime.now(UTC)
-        actions = self._decide(pod, group, now)
+        actions, init = self._decide(pod, group, now)
         sandbox = group.sandbox
         if any(action.kind != "done" for action in actions.values()) and (sandbox is None or
                                                                            sandbox.state != "running"):
             sandbox = self._new_sandbox(key, pod, group)
             group = self._observe(pod)
-            actions = self._decide(pod, group, now)
+            actions, init = self._decide(pod, group, now)
         pod_ip = self._pod_ip(pod, sandbox)
         waiting: dict[str, Waiting] = {}
         delays: list[float] = []
-        volumes: dict[str, str] | None = None
+        creating = any(action.kind in ("create", "restart", "replace") for action in actions.values())
+        objects = self._config_objects(pod) if creating or self._config_volumes(pod) else {}
+        volumes: dict[str, str] = {}
+        volume_error: Waiting | None = None
+        if creating or (self._config_volumes(pod) and sandbox is not None and sandbox.state == "running"):
+            try:
+                volumes, missing = self._prepare_volumes(pod, objects, now)
+            except podspec.ConfigError as error:
+                volume_error = ("CreateContainerConfigError", str(error))
+            else:
+                if missing:
+                    volume_error = ("ContainerCreating", missing)
         acted = False
-        for container in pod["spec"]["containers"]:
-            action = actions[container["name"]]
-            if action.kind in ("keep", "done"):
+        for container in configfiles.all_containers(pod):
+            action = actions.get(container["name"])
+            if action is None or action.kind in ("keep", "done"):
                 continue
             acted = True
-            if action.kind in ("create", "restart", "replace") and volumes is None:
-                try:
-                    volumes = self._prepare_volumes(pod)
-                except podspec.ConfigError as error:
-                    waiting[container["name"]] = self._failed(pod, container, "CreateContainerConfigError",
-                                                              str(error))
-                    delays.append(CREATE_RETRY_SECONDS)
-                    continue
+            if action.kind in ("create", "restart", "replace") and volume_error is not None:
+                reason, message = volume_error
+                if reason == "CreateContainerConfigError":
+                    self._failed(pod, container, reason, message)
+                waiting[container["name"]] = volume_error
+                delays.append(CREATE_RETRY_SECONDS)
+                continue
             assert sandbox is not None
-            reason = self._act(key, pod, container, action, group, sandbox, pod_ip, volumes or {}, delays)
+            reason = self._act(key, pod, container, action, group, sandbox, pod_ip, volumes, objects, delays)
             if reason is not None:
                 waiting[container["name"]] = reason
         if acted:
             group = self._observe(pod)
-        self._report(key, pod, group, sandbox, pod_ip, waiting, now)
+        self._report(key, pod, group, sandbox, pod_ip, waiting, now, init)
         if delays:
             self.requeue(key, max(min(delays), 0.0))
+
+    @staticmethod
+    def _config_volumes(pod: dict[str, Any]) -> bool:
+        return any(configfiles.volume_kind(volume) is not None for volume in pod["spec"].get("volumes") or [])
+
+    def _config_objects(self, pod: dict[str, Any]) -> dict[configfiles.ObjectRef, dict[str, bytes] | None]:
+        """The data of every ConfigMap and Secret the pod names, read now (None for those that do not exist)."""
+        namespace = pod["metadata"]["namespace"]
+        objects: dict[configfiles.ObjectRef, dict[str, bytes] | None] = {}
+        for kind, name in sorted(configfiles.referenced_objects(pod)):
+            try:
+                found = self.client.get(CONFIG_RESOURCES[kind], name, namespace)
+            except NotFound:
+                objects[(kind, name)] = None
+                continue
+            objects[(kind, name)] = configfiles.object_data(kind, found)
+        return objects
 
     def _observe(self, pod: dict[str, Any]) -> PodContainers:
         metadata = pod["metadata"]
@@ -261,13 +306,23 @@ class PodSyncer:
         log.info("%s: started sandbox %s", key, pause_id[:12])
         return self.runtime.inspect(pause_id)
 
-    def _prepare_volumes(self, pod: dict[str, Any]) -> dict[str, str]:
-        """Create what the volumes need on the host; their host paths by name."""
+    def _prepare_volumes(self, pod: dict[str, Any], objects: configfiles.ConfigObjects,
+                         now: datetime) -> tuple[dict[str, str], str]:
+        """Create what the volumes need on the host and (re)write the configMap and secret files.
+
+        Returns the host paths by volume name and, when a ConfigMap, Secret or key
+        that a volume needs is missing, why (the pod waits for it, as upstream).
+        """
         fs_group = ((pod.get("spec") or {}).get("securityContext") or {}).get("fsGroup")
         sources = podspec.volume_sources(pod, self.root_dir)
+        volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
+        missing = ""
         try:
             for source in sources.values():
-                if source.create == "directory":
+                if source.config is not None:
+                    problem = self._write_config_volume(pod, source, volumes[source.name], objects, now)
+                    missing = missing or problem
+                elif source.create == "directory":
                     os.makedirs(source.host_path, exist_ok=True)
                 elif source.create == "file":
                     os.makedirs(os.path.dirname(source.host_path), exist_ok=True)
@@ -278,14 +333,34 @@ class PodSyncer:
                     os.chmod(source.host_path, 0o2777 if fs_group is not None else 0o777)
         except OSError as error:
             raise podspec.ConfigError(f"cannot prepare volumes: {error}") from None
-        return {name: source.host_path for name, source in sources.items()}
+        return {name: source.host_path for name, source in sources.items()}, missing
+
+    def _write_config_volume(self, pod: dict[str, Any], source: podspec.VolumeSource, volume: Mapping[str, Any],
+                             objects: configfiles.ConfigObjects, now: datetime) -> str:
+        """Write one configMap or secret volume (a secret's on a tmpfs); why not, when something is missing."""
+        found = configfiles.volume_kind(volume)
+        assert found is not None and source.config is not None
+        kind, spec = found
+        try:
+            files = configfiles.projection(kind, spec, objects.get((kind, configfiles.source_name(kind, spec))))
+        except MissingConfig as error:
+            message = f'MountVolume.SetUp failed for volume "{source.name}" : {error}'
+            self.recorder.record(pod, "Warning", "FailedMount", message)
+            return message
+        if kind == "Secret":
+            configfiles.ensure_tmpfs(source.host_path)
+        if configfiles.write_projection(source.host_path, files, now):
+            log.info("%s/%s: wrote %s volume %s (%d files)", pod["metadata"]["namespace"], pod["metadata"]["name"],
+                     kind, source.name, len(files))
+        return ""
 
     def _failed(self, pod: dict[str, Any], container: Mapping[str, Any], reason: str, message: str) -> Waiting:
         self.recorder.record(pod, "Warning", "Failed", f"Error: {message}", field_path(container["name"]))
         return reason, message
 
     def _act(self, key: str, pod: dict[str, Any], container: Mapping[str, Any], action: Action, group: PodContainers,
-             sandbox: ObservedContainer, pod_ip: str, volumes: dict[str, str], delays: list[float]) -> Waiting | None:
+             sandbox: ObservedContainer, pod_ip: str, volumes: dict[str, str], objects: configfiles.ConfigObjects,
+             delays: list[float]) -> Waiting | None:
         """Carry out one container's action; the waiting reason and message if it cannot run now."""
         name = container["name"]
         metadata = pod["metadata"]
@@ -323,7 +398,8 @@ class PodSyncer:
         try:
             args = podspec.container_create_args(
                 pod, container, sandbox.id, volumes, node_name=self.node_name, restart_count=action.restart_count,
-                backoff=action.backoff, pod_ip=pod_ip, host_ip=self.host_ip, services=self._service_environment(pod))
+                backoff=action.backoff, pod_ip=pod_ip, host_ip=self.host_ip, services=self._service_environment(pod),
+                objects=objects)
         except podspec.ConfigError as error:
             delays.append(CREATE_RETRY_SECONDS)
             return self._failed(pod, container, "CreateContainerConfigError", str(error))
@@ -363,7 +439,7 @@ class PodSyncer:
         image, name = container["image"], container["name"]
         where = field_path(name)
         slot = (str(pod["metadata"]["uid"]), name)
-        if self.runtime.image_present(image):
+        if container.get("imagePullPolicy") != "Always" and self.runtime.image_present(image):
             with self._lock:
                 self._pull_failures.pop(slot, None)
             self.recorder.record(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine',
@@ -400,8 +476,15 @@ class PodSyncer:
     # --- status -------------------------------------------------------------------------------------
 
     def _report(self, key: str, pod: dict[str, Any], group: PodContainers, sandbox: ObservedContainer | None,
-                pod_ip: str, waiting: dict[str, Waiting], now: datetime) -> None:
+                pod_ip: str, waiting: dict[str, Waiting], now: datetime, init: InitProgress) -> None:
         """Write the status if it changed; keep probing the running containers; end a pod that finished."""
+        init_statuses = []
+        for container in pod["spec"].get("initContainers") or []:
+            newest = group.newest(container["name"])
+            done = newest is not None and newest.state == "exited" and newest.exit_code == 0
+            init_statuses.append(container_status(
+                container, newest, group.previous(container["name"]), ready=done,
+                waiting=waiting.get(container["name"]) or (None if newest else ("PodInitializing", ""))))
         statuses = []
         running: set[str] = set()
         for container in pod["spec"]["containers"]:
@@ -412,10 +495,12 @@ class PodSyncer:
                 self.probes.track(key, newest.id, container, pod_ip)
                 verdict = self.probes.ready(newest.id)
                 ready = verdict is None or verdict
+            held = None if init.initialized else ("PodInitializing", "")
             statuses.append(container_status(container, newest, group.previous(container["name"]),
-                                             waiting=waiting.get(container["name"]), ready=ready))
+                                             waiting=waiting.get(container["name"]) or held, ready=ready))
         self.probes.retain(key, running)
-        status = build_pod_status(pod, statuses, host_ip=self.host_ip, pod_ip=pod_ip, now=now)
+        status = build_pod_status(pod, statuses, host_ip=self.host_ip, pod_ip=pod_ip, now=now,
+                                  init_statuses=init_statuses, initialized=init.initialized)
         patch = status_patch(pod.get("status"), status)
         if patch is not None:
             metadata = pod["metadata"]

@@ -16,8 +16,8 @@ from daemons.api.models import PodStatus
 from daemons.kubelet.decisions import ObservedContainer
 
 # The status fields the kubelet owns; a merge patch sets each of them (null removes one).
-OWNED_FIELDS = ("phase", "conditions", "hostIP", "podIP", "podIPs", "startTime", "containerStatuses", "reason",
-                "message")
+OWNED_FIELDS = ("phase", "conditions", "hostIP", "podIP", "podIPs", "startTime", "containerStatuses",
+                "initContainerStatuses", "reason", "message")
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -85,9 +85,23 @@ def container_status(
     return status
 
 
-def compute_phase(pod: Mapping[str, Any], statuses: Sequence[Mapping[str, Any]]) -> str:
-    """Pending / Running / Succeeded / Failed from the container statuses, by Kubernetes' rules."""
+def incomplete(init_statuses: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The init containers that have not exited 0 yet."""
+    return [status["name"] for status in init_statuses
+            if ((status.get("state") or {}).get("terminated") or {}).get("exitCode") != 0]
+
+
+def compute_phase(pod: Mapping[str, Any], statuses: Sequence[Mapping[str, Any]],
+                  init_statuses: Sequence[Mapping[str, Any]] = (), initialized: bool = True) -> str:
+    """Pending / Running / Succeeded / Failed from the container statuses, by Kubernetes' rules.
+
+    While init containers run the pod is Pending; one that failed under restartPolicy Never fails it.
+    """
     restart_policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+    if not initialized:
+        failed = any(((status.get("state") or {}).get("terminated") or {}).get("exitCode") not in (None, 0)
+                     for status in init_statuses)
+        return "Failed" if failed and restart_policy == "Never" else "Pending"
     waiting = running = stopped = succeeded = 0
     for status in statuses:
         state, last = status.get("state") or {}, status.get("lastState") or {}
@@ -125,9 +139,11 @@ def _condition(old: Mapping[str, Mapping[str, Any]], kind: str, ok: bool, now: s
 
 
 def pod_conditions(old_conditions: Sequence[Mapping[str, Any]] | None, phase: str,
-                   statuses: Sequence[Mapping[str, Any]], now: str) -> list[dict[str, Any]]:
+                   statuses: Sequence[Mapping[str, Any]], now: str,
+                   not_initialized: Sequence[str] = ()) -> list[dict[str, Any]]:
     """PodScheduled, Initialized, ContainersReady and Ready, each keeping its transition time while unchanged."""
     old = {condition.get("type", ""): condition for condition in old_conditions or []}
+    waiting_init = f"containers with incomplete status: [{' '.join(not_initialized)}]"
     unready = [status["name"] for status in statuses if not status.get("ready")]
     if phase == "Succeeded":
         reason, message = "PodCompleted", ""
@@ -136,7 +152,7 @@ def pod_conditions(old_conditions: Sequence[Mapping[str, Any]] | None, phase: st
     ready = not unready and phase == "Running"
     return [
         _condition(old, "PodScheduled", True, now),
-        _condition(old, "Initialized", True, now),
+        _condition(old, "Initialized", not not_initialized, now, "ContainersNotInitialized", waiting_init),
         _condition(old, "ContainersReady", ready, now, reason, message),
         _condition(old, "Ready", ready, now, reason, message),
     ]
@@ -149,18 +165,23 @@ def build_pod_status(
     host_ip: str,
     pod_ip: str,
     now: datetime,
+    init_statuses: Sequence[Mapping[str, Any]] = (),
+    initialized: bool = True,
 ) -> dict[str, Any]:
-    """The pod's whole status (the fields the kubelet owns), given its container statuses."""
+    """The pod's whole status (the fields the kubelet owns), given its (init) container statuses."""
     old = pod.get("status") or {}
     stamp = rfc3339(now) or ""
-    phase = compute_phase(pod, statuses)
+    phase = compute_phase(pod, statuses, init_statuses, initialized)
+    pending_init = [] if initialized else incomplete(init_statuses)
     status: dict[str, Any] = {
         "phase": phase,
-        "conditions": pod_conditions(old.get("conditions"), phase, statuses, stamp),
+        "conditions": pod_conditions(old.get("conditions"), phase, statuses, stamp, pending_init),
         "hostIP": host_ip,
         "startTime": old.get("startTime") or stamp,
         "containerStatuses": list(statuses),
     }
+    if init_statuses:
+        status["initContainerStatuses"] = list(init_statuses)
     if pod_ip:
         status.update(podIP=pod_ip, podIPs=[{"ip": pod_ip}])
     return status

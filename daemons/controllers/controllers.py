@@ -15,16 +15,19 @@ from daemons.controllers.garbagecollector import GarbageCollector
 from daemons.controllers.nodelifecycle import NodeLifecycleController
 from daemons.controllers.podautoscaler import HorizontalPodAutoscalingController
 from daemons.controllers.prometheus_sd import PrometheusSDController
-from daemons.controllers.replicaset import ReplicaSetController
+from daemons.controllers.replicaset import ReplicaSetController, ReplicationManager
+from daemons.controllers.serviceaccount import ServiceAccountsController
 
 CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
     "endpoints": EndpointsController,
     "replicaset": ReplicaSetController,
+    "replicationcontroller": ReplicationManager,
     "deployment": DeploymentController,
     "garbagecollector": GarbageCollector,
     "horizontalpodautoscaling": HorizontalPodAutoscalingController,
     "prometheus-sd": PrometheusSDController,
     "nodelifecycle": NodeLifecycleController,
+    "serviceaccount": ServiceAccountsController,
 }
 
 

@@ -8,6 +8,11 @@ whose ports resolve alike share a subset. The output is sorted, so unchanged inp
 give identical subsets and the object is written only when something changed.
 Selector-less Services (``default/kubernetes``, or endpoints a user manages) are
 left alone; an Endpoints object this controller wrote goes when its Service does.
+
+Beside the Endpoints, each selecting Service gets one discovery.k8s.io EndpointSlice
+(named ``<service>-<random>``, labelled with the Service's name, owned by the Service),
+as kubectl describe and newer clients read endpoints from slices. Unlike Endpoints, a
+slice also lists terminating pods, with their ready/serving/terminating conditions.
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ CONTROLLER_NAME = "endpoint-controller"
 SERVICES = require("v1", "Service")
 PODS = require("v1", "Pod")
 ENDPOINTS = require("v1", "Endpoints")
+ENDPOINT_SLICES = require("discovery.k8s.io/v1", "EndpointSlice")
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+SLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+SLICE_CONTROLLER_NAME = "endpointslice-controller.k8s.io"
 
 
 # --- what the Endpoints should say (pure) -----------------------------------------------------------
@@ -208,6 +217,100 @@ def desired_endpoints(service: Obj, pods: Iterable[Obj], current: Obj | None) ->
             "subsets": subsets}
 
 
+def slice_endpoint(pod: Obj, service: Obj) -> Obj:
+    """The pod as a slice's Endpoint: ready when serving and not terminating (or the Service publishes all)."""
+    address = endpoint_address(pod, service)
+    serving = pod_ready(pod)
+    terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    publish = bool((service.get("spec") or {}).get("publishNotReadyAddresses"))
+    endpoint: Obj = {"addresses": [address["ip"]],
+                     "conditions": {"ready": publish or (serving and not terminating), "serving": serving,
+                                    "terminating": terminating},
+                     "targetRef": address["targetRef"]}
+    for field in ("hostname", "nodeName"):
+        if field in address:
+            endpoint[field] = address[field]
+    return endpoint
+
+
+def slice_contents(service: Obj, pods: Iterable[Obj]) -> tuple[list[Obj], list[Obj]]:
+    """The endpoints and ports of ``service``'s one slice.
+
+    Pods whose named target ports resolve differently would each need a slice of their
+    own upstream; here the slice carries the port set most pods resolved to, and those pods.
+    """
+    selector = service_selector(service)
+    if selector is None:
+        return [], []
+    namespace = (service.get("metadata") or {}).get("namespace")
+    service_ports = (service.get("spec") or {}).get("ports") or []
+    query = LabelSelectorQuery.from_map(selector)
+    groups: dict[tuple[tuple[str, int, str, str], ...], tuple[list[Obj], list[Obj]]] = {}
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if metadata.get("namespace") != namespace or not query.matches(metadata.get("labels")):
+            continue
+        if not pod_in_endpoints(pod, include_terminating=True):
+            continue
+        ports = sorted((endpoint_port(port, number) for port in service_ports
+                        if (number := resolve_target_port(pod, port)) is not None), key=_port_key)
+        if (service_ports and not ports) or (not service_ports and not is_headless(service)):
+            continue
+        groups.setdefault(tuple(_port_key(port) for port in ports), ([], ports))[0].append(
+            slice_endpoint(pod, service))
+    if not groups:
+        return [], []
+    endpoints, ports = max(groups.values(), key=lambda group: len(group[0]))
+    endpoints.sort(key=lambda endpoint: (endpoint["addresses"][0], endpoint["targetRef"].get("name") or ""))
+    return endpoints, [{"name": port.get("name") or "", **{k: v for k, v in port.items() if k != "name"}}
+                       for port in ports]
+
+
+def slice_labels(service: Obj) -> dict[str, str]:
+    """The Service's labels, the headless mark, the Service's name and the slice controller's mark."""
+    labels = endpoints_labels(service)
+    labels.pop(MANAGED_BY_LABEL, None)
+    labels[SERVICE_NAME_LABEL] = (service.get("metadata") or {}).get("name") or ""
+    labels[SLICE_MANAGED_BY_LABEL] = SLICE_CONTROLLER_NAME
+    return labels
+
+
+def is_managed_slice(endpoint_slice: Obj) -> bool:
+    return ((endpoint_slice.get("metadata") or {}).get("labels") or {}).get(SLICE_MANAGED_BY_LABEL) \
+        == SLICE_CONTROLLER_NAME
+
+
+def sliced_service(endpoint_slice: Obj) -> str | None:
+    """The key of the Service a slice of ours serves; None for a slice someone else manages."""
+    if not is_managed_slice(endpoint_slice):
+        return None
+    metadata = endpoint_slice.get("metadata") or {}
+    name = (metadata.get("labels") or {}).get(SERVICE_NAME_LABEL)
+    return f"{metadata.get('namespace')}/{name}" if name else None
+
+
+def desired_slice(service: Obj, pods: Iterable[Obj], current: Obj | None) -> Obj | None:
+    """The EndpointSlice to write for ``service``, or None when ``current`` already says it."""
+    endpoints, ports = slice_contents(service, pods)
+    labels = slice_labels(service)
+    if current is not None:
+        current_labels = (current.get("metadata") or {}).get("labels") or {}
+        if (current.get("endpoints") or []) == endpoints and (current.get("ports") or []) == ports \
+                and current_labels == labels:
+            return None
+        updated = copy.deepcopy(current)
+        updated["metadata"]["labels"] = labels
+        updated.update(endpoints=endpoints, ports=ports)
+        return updated
+    metadata = service.get("metadata") or {}
+    owner = {"apiVersion": "v1", "kind": "Service", "name": metadata.get("name"), "uid": metadata.get("uid"),
+             "controller": True, "blockOwnerDeletion": True}
+    return {"apiVersion": ENDPOINT_SLICES.api_version, "kind": "EndpointSlice",
+            "metadata": {"generateName": f"{metadata.get('name')}-", "namespace": metadata.get("namespace"),
+                         "labels": labels, "ownerReferences": [owner]},
+            "addressType": "IPv4", "endpoints": endpoints, "ports": ports}
+
+
 def endpoints_view(pod: Obj) -> tuple[object, ...]:
     """The parts of a pod that its Endpoints entries depend on; heartbeats and annotations change none."""
     metadata, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
@@ -294,9 +397,13 @@ class EndpointsController:
         self.services = context.informers.informer(SERVICES)
         self.pods = context.informers.informer(PODS)
         self.endpoints = context.informers.informer(ENDPOINTS)
+        self.slices = context.informers.informer(ENDPOINT_SLICES)
+        # Our last slice write per Service key until the cache shows it: a create's name is the server's choice.
+        self._slices_written: dict[str, Obj] = {}
         self.services.add_handlers(self._service_added, self._service_updated, self._service_deleted)
         self.pods.add_handlers(self._pod_added, self._pod_updated, self._pod_deleted)
         self.endpoints.add_handlers(self._endpoints_added, on_delete=self._endpoints_deleted)
+        self.slices.add_handlers(self._slice_changed, lambda _old, new: self._slice_changed(new), self._slice_deleted)
 
     def start(self) -> None:
         self.controller.start()
@@ -345,6 +452,18 @@ class EndpointsController:
             self._written.pop(key, None)
         self.controller.enqueue(key)  # recreated if its Service still selects pods
 
+    def _slice_changed(self, endpoint_slice: Obj) -> None:
+        key = sliced_service(endpoint_slice)
+        if key is not None:
+            self.controller.enqueue(key)
+
+    def _slice_deleted(self, endpoint_slice: Obj) -> None:
+        key = sliced_service(endpoint_slice)
+        if key is not None:
+            with self._written_lock:
+                self._slices_written.pop(key, None)
+            self.controller.enqueue(key)  # recreated if its Service still selects pods
+
     # --- syncing one Service ------------------------------------------------------------------------
 
     def _current(self, key: str) -> Obj | None:
@@ -364,35 +483,83 @@ class EndpointsController:
             else:
                 self._written[key] = written
 
+    def _slices_of(self, key: str) -> list[Obj]:
+        """Our cached slices of the Service ``key``, oldest name first, or our later write of one."""
+        namespace, _name = split_key(key)
+        cached = sorted((item for item in self.slices.store.list(namespace) if sliced_service(item) == key),
+                        key=lambda item: (item.get("metadata") or {}).get("name") or "")
+        with self._written_lock:
+            written = self._slices_written.get(key)
+            if written is None:
+                return cached
+            same = next((item for item in cached if (item.get("metadata") or {}).get("name")
+                         == written["metadata"]["name"]), None)
+            if same is not None and resource_version(same) >= resource_version(written):
+                self._slices_written.pop(key, None)
+                return cached
+            return [written, *(item for item in cached if item is not same)]
+
+    def _sync_slice(self, key: str, service: Obj | None, pods: list[Obj]) -> None:
+        """Converge the Service's one EndpointSlice; extra or orphaned slices of ours are deleted."""
+        namespace, _name = split_key(key)
+        slices = self._slices_of(key)
+        keep = slices[0] if slices and service is not None and service_selector(service) is not None else None
+        for extra in slices[1 if keep is not None else 0:]:
+            with contextlib.suppress(NotFound):
+                self.client.delete(ENDPOINT_SLICES, extra["metadata"]["name"], namespace)
+            log.info("%s: deleted EndpointSlice %s", key, extra["metadata"]["name"])
+        if service is None or service_selector(service) is None:
+            return
+        desired = desired_slice(service, pods, keep)
+        if desired is None:
+            return
+        if keep is None:
+            written = self.client.create(ENDPOINT_SLICES, desired, namespace)
+        else:
+            written = self.client.replace(ENDPOINT_SLICES, desired, namespace)
+        with self._written_lock:
+            self._slices_written[key] = written
+        log.info("%s: wrote EndpointSlice %s with %d endpoints", key, written["metadata"]["name"],
+                 len(desired["endpoints"]))
+
     def sync(self, key: str) -> None:
-        """Converge the Endpoints of the Service ``key``: create, update, delete, or leave them as they are."""
-        namespace, name = split_key(key)
+        """Converge the Endpoints and the EndpointSlice of the Service ``key``."""
+        namespace, _name = split_key(key)
         service = self.services.store.get_by_key(key)
-        current = self._current(key)
+        pods = self.pods.store.list(namespace) if service is not None and service_selector(service) else []
         try:
-            if service is None:
-                if current is not None and is_managed(current):
-                    self._delete(key, namespace, name)
-                return
-            if service_selector(service) is None:
-                return  # the user writes these Endpoints: no need to look at the namespace's pods
-            desired = desired_endpoints(service, self.pods.store.list(namespace), current)
-            if desired is None:
-                return
-            if current is None:
-                self._remember(key, self.client.create(ENDPOINTS, desired, namespace))
-                log.info("%s: created Endpoints with %s", key, describe(desired["subsets"]))
-            else:
-                self._remember(key, self.client.replace(ENDPOINTS, desired, namespace))
-                log.info("%s: updated Endpoints to %s", key, describe(desired["subsets"]))
+            self._sync_endpoints(key, service, pods)
+            self._sync_slice(key, service, pods)
         except Conflict:
             self._remember(key, None)
+            with self._written_lock:
+                self._slices_written.pop(key, None)
             raise  # the controller retries at once: the cache is about to show the newer object
         except NotFound as error:
             self._remember(key, None)
-            raise TemporaryError(f"Endpoints vanished while syncing: {error}") from error
+            raise TemporaryError(f"{key}: Endpoints or EndpointSlice vanished while syncing: {error}") from error
         except (APIError, ConnectionFailed) as error:
-            raise TemporaryError(f"writing Endpoints failed: {error}") from error
+            raise TemporaryError(f"{key}: writing Endpoints or EndpointSlice failed: {error}") from error
+
+    def _sync_endpoints(self, key: str, service: Obj | None, pods: list[Obj]) -> None:
+        """Create, update or delete the Endpoints of the Service ``key``, or leave them as they are."""
+        namespace, name = split_key(key)
+        current = self._current(key)
+        if service is None:
+            if current is not None and is_managed(current):
+                self._delete(key, namespace, name)
+            return
+        if service_selector(service) is None:
+            return  # the user writes these Endpoints: no need to look at the namespace's pods
+        desired = desired_endpoints(service, pods, current)
+        if desired is None:
+            return
+        if current is None:
+            self._remember(key, self.client.create(ENDPOINTS, desired, namespace))
+            log.info("%s: created Endpoints with %s", key, describe(desired["subsets"]))
+        else:
+            self._remember(key, self.client.replace(ENDPOINTS, desired, namespace))
+            log.info("%s: updated Endpoints to %s", key, describe(desired["subsets"]))
 
     def _delete(self, key: str, namespace: str | None, name: str) -> None:
         with contextlib.suppress(NotFound):

@@ -7,6 +7,10 @@ error, not hundreds), deletes the surplus starting with the pods least worth kee
 and reports counts through the status subresource. Expectations remember the creates
 and deletes not yet seen in the pod cache, so a slow event feed never makes a second
 sync create or delete the same pods again. A ReplicaSet being deleted creates nothing.
+
+ReplicationControllers are served by the same code, as upstream's replication manager
+wraps the ReplicaSet controller: only the row, the selector's form (a plain label map)
+and the names differ.
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from daemons.api.errors import APIError, ConnectionFailed, MiniK8sError, NotFound
 from daemons.api.phases import TERMINAL_PHASES
-from daemons.api.resources import require
+from daemons.api.resources import Resource, require
 from daemons.api.selectors import LabelSelectorQuery, SelectorError
 from daemons.api.times import parse_time, rfc3339
 from daemons.controllers.context import ControllerContext
@@ -35,7 +40,6 @@ Obj = dict[str, Any]
 
 REPLICASETS = require("apps/v1", "ReplicaSet")
 PODS = require("v1", "Pod")
-COMPONENT = "replicaset-controller"
 # At most this many creates or deletes per sync, as kube-controller-manager's burstReplicas.
 BURST_REPLICAS = 500
 SLOW_START_INITIAL_BATCH = 1
@@ -199,19 +203,40 @@ def status_patch(current: Obj | None, desired: Obj) -> Obj | None:
 # --- the controller ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ReplicatedKind:
+    """What differs between the kinds this controller serves."""
+
+    resource: Resource
+    component: str  # the source of its Events
+    selector: Callable[[Any], LabelSelectorQuery]  # ``spec.selector`` as a query
+
+    def owns(self, ref: Obj) -> bool:
+        """Whether an owner reference names this kind (any version of its group)."""
+        return ref.get("kind") == self.resource.kind \
+            and str(ref.get("apiVersion", "")).rpartition("/")[0] == self.resource.group
+
+
+REPLICA_SETS = ReplicatedKind(REPLICASETS, "replicaset-controller", LabelSelectorQuery.from_label_selector)
+REPLICATION_CONTROLLERS = ReplicatedKind(require("v1", "ReplicationController"), "replication-controller",
+                                         LabelSelectorQuery.from_map)
+
+
 class ReplicaSetController:
     """Keeps every ReplicaSet's pods at its replicas, syncing ReplicaSet keys (``namespace/name``)."""
 
     name = "replicaset"
 
-    def __init__(self, context: ControllerContext, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, context: ControllerContext, clock: Callable[[], float] | None = None,
+                 kind: ReplicatedKind = REPLICA_SETS) -> None:
         self.client = context.client
+        self.kind = kind
         self.controller = Controller(self.name, self.sync, context.workers)
         self.expectations = Expectations()
-        self.recorder = EventRecorder(context.client, COMPONENT)
+        self.recorder = EventRecorder(context.client, kind.component)
         self.pod_control = ChildControl(context.client, PODS, self.recorder)
         self.clock = clock or (lambda: datetime.now(UTC).timestamp())
-        self.replicasets = context.informers.informer(REPLICASETS)
+        self.replicasets = context.informers.informer(kind.resource)
         self.pods = context.informers.informer(PODS)
         self.replicasets.add_handlers(self.controller.enqueue_object, self._replicaset_updated,
                                       self._replicaset_deleted)
@@ -239,7 +264,7 @@ class ReplicaSetController:
     def _owner_key(self, pod: Obj) -> str | None:
         """The key of the cached ReplicaSet that controls ``pod`` (same uid), if any."""
         ref = controller_of(pod)
-        if ref is None or ref.get("kind") != REPLICASETS.kind or ref.get("apiVersion", "").split("/")[0] != "apps":
+        if ref is None or not self.kind.owns(ref):
             return None
         key = make_key((pod.get("metadata") or {}).get("namespace"), ref.get("name") or "")
         rs = self.replicasets.store.get_by_key(key)
@@ -253,7 +278,7 @@ class ReplicaSetController:
         keys = []
         for rs in self.replicasets.store.list(metadata.get("namespace")):
             try:
-                selector = LabelSelectorQuery.from_label_selector((rs.get("spec") or {}).get("selector"))
+                selector = self.kind.selector((rs.get("spec") or {}).get("selector"))
             except SelectorError:
                 continue
             if selector.requirements and selector.matches(metadata.get("labels")):
@@ -312,7 +337,7 @@ class ReplicaSetController:
             return
         namespace, _name = split_key(key)
         try:
-            selector = LabelSelectorQuery.from_label_selector((rs.get("spec") or {}).get("selector"))
+            selector = self.kind.selector((rs.get("spec") or {}).get("selector"))
         except SelectorError as error:
             raise PermanentError(f"{key}: invalid selector: {error}") from error
         needs_sync = self.expectations.satisfied(key)
@@ -344,7 +369,7 @@ class ReplicaSetController:
         if claimed.adopt and self._can_adopt(rs):
             for pod in claimed.adopt:
                 try:
-                    claimed.owned.append(self.pod_control.adopt(rs, REPLICASETS, pod))
+                    claimed.owned.append(self.pod_control.adopt(rs, self.kind.resource, pod))
                 except NotFound:
                     continue  # the orphan is gone
         return claimed.owned
@@ -353,7 +378,7 @@ class ReplicaSetController:
         """Whether ``rs`` still exists as cached and is not being deleted, read fresh (the cache may lag)."""
         metadata = rs.get("metadata") or {}
         try:
-            fresh = self.client.get(REPLICASETS, metadata["name"], metadata.get("namespace"))
+            fresh = self.client.get(self.kind.resource, metadata["name"], metadata.get("namespace"))
         except NotFound:
             return False
         return (fresh.get("metadata") or {}).get("uid") == metadata.get("uid") and not is_being_deleted(fresh)
@@ -396,7 +421,7 @@ class ReplicaSetController:
 
     def _create_pod(self, key: str, rs: Obj) -> None:
         try:
-            self.pod_control.create(rs, REPLICASETS, pod_from_template(rs))
+            self.pod_control.create(rs, self.kind.resource, pod_from_template(rs))
         except APIError as error:
             if not any(cause.get("type") == NAMESPACE_TERMINATING for cause in error.causes):
                 raise
@@ -421,10 +446,20 @@ class ReplicaSetController:
             return
         metadata = rs.get("metadata") or {}
         try:
-            self.client.patch(REPLICASETS, metadata["name"], patch, metadata.get("namespace"), subresource="status")
+            self.client.patch(self.kind.resource, metadata["name"], patch, metadata.get("namespace"),
+                              subresource="status")
         except NotFound:
             return  # deleted meanwhile; its delete event comes next
         except (APIError, ConnectionFailed) as error:
             raise TemporaryError(f"{key}: writing status failed: {error}") from error
         log.info("%s: status replicas=%d ready=%d available=%d", key, status["replicas"], status["readyReplicas"],
                  status["availableReplicas"])
+
+
+class ReplicationManager(ReplicaSetController):
+    """Keeps every ReplicationController's pods at its replicas: the ReplicaSet controller over RCs."""
+
+    name = "replicationcontroller"
+
+    def __init__(self, context: ControllerContext, clock: Callable[[], float] | None = None) -> None:
+        super().__init__(context, clock, REPLICATION_CONTROLLERS)

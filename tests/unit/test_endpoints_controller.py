@@ -14,10 +14,15 @@ from daemons.controllers.endpoints import (
     CONTROLLER_NAME,
     HEADLESS_LABEL,
     MANAGED_BY_LABEL,
+    SERVICE_NAME_LABEL,
+    SLICE_CONTROLLER_NAME,
+    SLICE_MANAGED_BY_LABEL,
     EndpointsController,
     SelectorIndex,
+    desired_slice,
     endpoint_subsets,
     endpoints_labels,
+    slice_contents,
 )
 from daemons.controllers.informers import InformerFactory
 from daemons.controllers.settings import ControllerManagerSettings
@@ -160,34 +165,43 @@ def test_the_index_finds_the_services_whose_whole_selector_a_pod_matches():
 
 
 class FakeApi:
-    """Stores the Endpoints written through it; errors can be scripted per verb."""
+    """Stores the Endpoints and, apart, the EndpointSlices written through it; Endpoints errors can be scripted
+    per verb."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict] = {}
         self.calls: list[tuple[str, str]] = []
         self.errors: dict[str, Exception] = {}
+        self.slices: dict[str, dict] = {}
+        self.slice_calls: list[tuple[str, str]] = []
+        self.names = itertools.count()
 
-    def _call(self, verb, key):
+    def _call(self, resource, verb, key):
+        if resource.kind == "EndpointSlice":
+            self.slice_calls.append((verb, key))
+            return self.slices
         self.calls.append((verb, key))
         if verb in self.errors:
             raise self.errors.pop(verb)
+        return self.objects
 
     def create(self, resource, body, namespace=None, params=None):
+        body = stamp(copy.deepcopy(body))
+        if "generateName" in body["metadata"]:
+            body["metadata"]["name"] = f"{body['metadata'].pop('generateName')}{next(self.names)}"
         key = f"{namespace}/{body['metadata']['name']}"
-        self._call("create", key)
-        self.objects[key] = stamp(copy.deepcopy(body))
-        return self.objects[key]
+        self._call(resource, "create", key)[key] = body
+        return body
 
     def replace(self, resource, body, namespace=None, subresource=None):
         key = f"{namespace}/{body['metadata']['name']}"
-        self._call("replace", key)
-        self.objects[key] = stamp(copy.deepcopy(body))
-        return self.objects[key]
+        store = self._call(resource, "replace", key)
+        store[key] = stamp(copy.deepcopy(body))
+        return store[key]
 
     def delete(self, resource, name, namespace=None, **_):
         key = f"{namespace}/{name}"
-        self._call("delete", key)
-        if self.objects.pop(key, None) is None:
+        if self._call(resource, "delete", key).pop(key, None) is None:
             raise NotFound("gone")
         return {}
 
@@ -312,6 +326,67 @@ def test_a_conflict_is_retried_and_a_vanished_object_is_a_temporary_error(api, c
         controller.sync("ns/web")
     controller.sync("ns/web")
     assert api.objects["ns/web"]["metadata"]["labels"] == {MANAGED_BY_LABEL: CONTROLLER_NAME}
+
+
+# --- EndpointSlices ---------------------------------------------------------------------------------
+
+
+def test_a_slice_lists_terminating_pods_with_their_conditions_and_names_unnamed_ports():
+    pods = [pod("b", "10.1.0.2", ready=False), pod("a", "10.1.0.1"), pod("c", "10.1.0.3", deleting=True),
+            pod("gone", "10.1.0.4", phase="Succeeded")]
+    endpoints, ports = slice_contents(service(ports=[{"port": 80, "targetPort": 8080, "protocol": "TCP"}]), pods)
+    assert [(e["addresses"], e["conditions"]) for e in endpoints] == [
+        (["10.1.0.1"], {"ready": True, "serving": True, "terminating": False}),
+        (["10.1.0.2"], {"ready": False, "serving": False, "terminating": False}),
+        (["10.1.0.3"], {"ready": False, "serving": True, "terminating": True})]
+    assert endpoints[0]["targetRef"] == {"kind": "Pod", "namespace": "ns", "name": "a", "uid": "uid-a"}
+    assert endpoints[0]["nodeName"] == "n1"
+    assert ports == [{"name": "", "port": 8080, "protocol": "TCP"}]
+
+
+def test_a_new_slice_is_named_after_and_owned_by_its_service():
+    created = desired_slice(service(labels={"tier": "front"}), [pod("a")], None)
+    assert created["metadata"]["generateName"] == "web-"
+    assert created["metadata"]["labels"] == {"tier": "front", SERVICE_NAME_LABEL: "web",
+                                             SLICE_MANAGED_BY_LABEL: SLICE_CONTROLLER_NAME}
+    assert created["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Service", "name": "web",
+                                                       "uid": "uid-svc-web", "controller": True,
+                                                       "blockOwnerDeletion": True}]
+    assert created["addressType"] == "IPv4"
+    stored = stamp({**created, "metadata": {**created["metadata"], "name": "web-x"}})
+    assert desired_slice(service(labels={"tier": "front"}), [pod("a")], stored) is None
+
+
+def test_a_service_gets_one_slice_that_follows_its_pods_and_comes_back_when_deleted(api, controller):
+    feed(controller.pods, "ADDED", pod("a", "10.1.0.1"))
+    feed(controller.services, "ADDED", service())
+    drain(controller)
+    assert api.slice_calls == [("create", "ns/web-0")]
+    controller.sync("ns/web")  # the cache has not seen the slice yet: no second one is created
+    feed(controller.slices, "ADDED", copy.deepcopy(api.slices["ns/web-0"]))
+    drain(controller)
+    feed(controller.pods, "ADDED", pod("b", "10.1.0.2"))
+    drain(controller)
+    assert [e["addresses"] for e in api.slices["ns/web-0"]["endpoints"]] == [["10.1.0.1"], ["10.1.0.2"]]
+    feed(controller.slices, "DELETED", api.slices.pop("ns/web-0"))
+    drain(controller)
+    assert api.slice_calls == [("create", "ns/web-0"), ("replace", "ns/web-0"), ("create", "ns/web-1")]
+
+
+def test_a_deleted_service_takes_its_slice_and_a_duplicate_slice_goes(api, controller):
+    svc = service()
+    feed(controller.services, "ADDED", svc)
+    drain(controller)
+    first = api.slices["ns/web-0"]
+    duplicate = stamp({**copy.deepcopy(first), "metadata": {**copy.deepcopy(first["metadata"]), "name": "web-z"}})
+    api.slices["ns/web-z"] = duplicate
+    feed(controller.slices, "ADDED", copy.deepcopy(first))
+    feed(controller.slices, "ADDED", duplicate)
+    drain(controller)
+    assert "ns/web-z" not in api.slices
+    feed(controller.services, "DELETED", stamp(copy.deepcopy(svc)))
+    drain(controller)
+    assert api.slices == {}
 
 
 # --- choosing controllers ---------------------------------------------------------------------------

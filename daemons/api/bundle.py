@@ -118,6 +118,10 @@ class Resource:
       finish (graceful pod deletion); None deletes at once.
     - ``deletion_hold(obj)``: whether DELETE only marks the object and a controller removes it later
       (a namespace is emptied by the namespace controller).
+    - ``mark_deleted(obj)``: what else changes, in place, when DELETE marks an object it does not remove
+      at once (a namespace's phase turns Terminating).
+    - ``propagates_deletion``: whether DELETE's propagationPolicy applies: False for kinds the garbage
+      collector does not watch, which could then never lose its finalizer.
     - ``default_propagation``: what a DELETE without a propagation policy does to dependents.
     - ``bus_topic``: the first part of the event bus routing key, ``<plural>:<group>`` or ``<plural>``.
     """
@@ -142,6 +146,8 @@ class Resource:
     columns: tuple[Column, ...] = ()
     deletion_grace: Callable[[Obj, int | None], int | None] = _no_grace
     deletion_hold: Callable[[Obj], bool] = _no_hold
+    mark_deleted: Callable[[Obj], None] = _no_defaults
+    propagates_deletion: bool = True
     default_propagation: DeletionPropagation = "Background"
 
     @property

@@ -1,33 +1,14 @@
 """The resource table: one row per kind, driving routes, discovery, storage keys and the CLI.
 
-A later kind is added by writing its model and appending a row to ``RESOURCES``.
+The rows live in ``daemons/api/kinds/`` (one module per kind); this module finds them.
 """
 
 from __future__ import annotations
 
-from daemons.api import models
 from daemons.api.bundle import Resource
+from daemons.api.kinds import RESOURCES
 
-RESOURCES: tuple[Resource, ...] = (
-    Resource("Namespace", "namespaces", models.Namespace, namespaced=False, short_names=("ns",),
-             subresources=("status",), name_format="label"),
-    Resource("Pod", "pods", models.Pod, short_names=("po",), subresources=("status", "binding", "log", "exec"),
-             categories=("all",)),
-    Resource("Node", "nodes", models.Node, namespaced=False, short_names=("no",), subresources=("status",)),
-    Resource("Service", "services", models.Service, short_names=("svc",), subresources=("status",),
-             categories=("all",), name_format="dns1035"),
-    Resource("Endpoints", "endpoints", models.Endpoints, short_names=("ep",), has_status=False),
-    Resource("Event", "events", models.Event, short_names=("ev",), has_status=False),
-    Resource("Lease", "leases", models.Lease, group="coordination.k8s.io", has_status=False),
-    Resource("ReplicaSet", "replicasets", models.ReplicaSet, group="apps", short_names=("rs",),
-             subresources=("status", "scale"), categories=("all",)),
-    Resource("Deployment", "deployments", models.Deployment, group="apps", short_names=("deploy",),
-             subresources=("status", "scale"), categories=("all",)),
-    Resource("HorizontalPodAutoscaler", "horizontalpodautoscalers", models.HorizontalPodAutoscaler,
-             group="autoscaling", version="v2", short_names=("hpa",), subresources=("status",), categories=("all",)),
-    Resource("DNS", "dns", models.DNS, group="minik8s.io", has_status=False),
-)
-
+__all__ = ["NODE_LEASE_NAMESPACE", "RESOURCES", "Resource", "by_kind", "find", "groups", "require", "resolve"]
 
 # Where each kubelet renews the Lease named after its node: its heartbeat.
 NODE_LEASE_NAMESPACE = "kube-node-lease"

@@ -19,9 +19,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from daemons.api import errors
+from daemons.api import errors, tables
 from daemons.api.resources import Resource, find
-from daemons.apiserver import discovery, metrics_api, openapi, protobuf, tables
+from daemons.apiserver import discovery, metrics_api, openapi, protobuf
+from daemons.apiserver.admission import AllowAuthenticated, Authorizer
 from daemons.apiserver.auth import Authenticator, load_token_file
 from daemons.apiserver.bootstrap import bootstrap, default_advertise_address
 from daemons.apiserver.cache import WatchCache
@@ -158,6 +159,7 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
         if settings.kubelet_client_token_file else None
     kubelets = KubeletProxy(registry, kubelet_token, settings.kubelet_certificate_authority)
     authenticator = Authenticator(load_token_file(settings.token_auth_file) if settings.token_auth_file else None)
+    authorizer: Authorizer = AllowAuthenticated()
     bootstrapped = asyncio.Event()
     usage_api = (metrics_api.MetricsApi(registry, settings.prometheus_url, settings.metrics_window)
                  if settings.prometheus_url else None)
@@ -274,6 +276,9 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
         handler = HANDLERS.get((request.method, target.name is not None, target.subresource))
         if handler is None:
             raise errors.MethodNotAllowed(f"{request.method} is not supported on this path")
+        await authorizer.authorize(getattr(request.state, "user", None), request_verb(request.method, target,
+                                   is_watch(request)).lower(), target.resource, target.namespace, target.name,
+                                   target.subresource)
         return await handler(registry, request, target)
 
     return app
@@ -328,7 +333,9 @@ class Gatekeeper:
             await send(message)
 
         authorization = headers.get(b"authorization", b"").decode("latin-1") or None
-        if self.authenticator.authenticate(scope["path"], authorization) is None:
+        user = self.authenticator.authenticate(scope["path"], authorization)
+        scope.setdefault("state", {})["user"] = user  # for the authorizer, as request.state.user
+        if user is None:
             await JSONResponse(errors.Unauthorized("Unauthorized").to_status(), status_code=401)(
                 scope, receive, send_and_record)
         elif int(headers.get(b"content-length") or 0) > MAX_BODY_BYTES:
@@ -368,7 +375,7 @@ async def list_or_watch(registry: Registry, request: Request, target: Target) ->
     items, revision = await registry.list(target.resource, target.namespace, params.get("labelSelector"),
                                           params.get("fieldSelector"))
     if wants_table(request):
-        return JSONResponse(tables.table(target.resource.kind, items, str(revision),
+        return JSONResponse(tables.table(target.resource, items, str(revision),
                                          include_object=params.get("includeObject", "Metadata")))
     return JSONResponse(list_body(target.resource, items, revision))
 
@@ -385,7 +392,7 @@ async def watch_response(registry: Registry, request: Request, target: Target) -
         try:
             async with asyncio.timeout(timeout):
                 async for event_type, obj in events:
-                    shown = tables.table(target.resource.kind, [obj], obj["metadata"]["resourceVersion"],
+                    shown = tables.table(target.resource, [obj], obj["metadata"]["resourceVersion"],
                                          include_object=include_object) if as_table else obj
                     yield json.dumps({"type": event_type, "object": shown}).encode() + b"\n"
         except TimeoutError:
@@ -408,7 +415,7 @@ async def get_object(registry: Registry, request: Request, target: Target) -> Re
     any_version = request.query_params.get("resourceVersion") == "0"
     obj = await registry.get(target.resource, target.namespace, target.name, fresh=not any_version)
     if wants_table(request):
-        return JSONResponse(tables.table(target.resource.kind, [obj], obj["metadata"]["resourceVersion"],
+        return JSONResponse(tables.table(target.resource, [obj], obj["metadata"]["resourceVersion"],
                                          include_object=request.query_params.get("includeObject", "Metadata")))
     return JSONResponse(obj)
 
@@ -426,7 +433,7 @@ async def create(registry: Registry, request: Request, target: Target) -> Respon
 
 async def bind(registry: Registry, request: Request, target: Target) -> Response:
     assert target.name is not None and target.namespace is not None
-    await registry.bind(target.namespace, target.name, await _body(request))
+    await registry.bind(target.resource, target.namespace, target.name, await _body(request))
     return JSONResponse(status_success(code=201), status_code=201)
 
 
@@ -526,6 +533,7 @@ HANDLERS: dict[tuple[str, bool, str | None], Handler] = {
     ("GET", True, "status"): get_object,
     ("PUT", True, "status"): update,
     ("PATCH", True, "status"): patch,
+    ("PUT", True, "finalize"): update,
     ("POST", True, "binding"): bind,
     ("GET", True, "scale"): get_scale,
     ("PUT", True, "scale"): change_scale,

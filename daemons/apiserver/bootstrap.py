@@ -14,13 +14,14 @@ import socket
 from typing import Any
 
 from daemons.api import errors
-from daemons.api.resources import NODE_LEASE_NAMESPACE, Resource, resolve
-from daemons.apiserver.registry import NAMESPACES, Registry, clone
+from daemons.api.resources import NODE_LEASE_NAMESPACE, Resource, require, resolve
+from daemons.apiserver.registry import Registry, clone
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
+NAMESPACES = require("v1", "Namespace")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", NODE_LEASE_NAMESPACE)
 SERVICES = resolve("services")
 ENDPOINTS = resolve("endpoints")

@@ -1,8 +1,8 @@
 """The generic REST semantics of every resource: create, read, update, patch, delete, subresources.
 
-One implementation serves every row of the resource table; the few kind-specific
-rules (what status a new object starts with, what a pod update may change,
-graceful pod deletion) are small tables and functions here.
+One implementation serves every row of the resource table and names no kind: what differs between kinds is
+the row's hooks (defaults, checks, initial status, deletion grace and hold) and, for work needing storage,
+the kind's strategy in ``strategies``. Every create and update runs one pipeline (``_admit``).
 """
 
 from __future__ import annotations
@@ -17,30 +17,22 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from daemons.api import errors
-from daemons.api.resources import RESOURCES, Resource
+from daemons.api import errors, models
+from daemons.api.bundle import FieldError
+from daemons.api.resources import Resource
 from daemons.api.selectors import FieldSelectorQuery, LabelSelectorQuery, SelectorError
-from daemons.apiserver import dns, services
 from daemons.apiserver import patch as patches
+from daemons.apiserver.admission import Admission, Attributes, NamespaceLifecycle
 from daemons.apiserver.cache import WatchCache
 from daemons.apiserver.services import ServiceNetwork
-from daemons.apiserver.storage import NO_CLAIMS, Claims, ClaimTaken, Storage
-from daemons.apiserver.validation import validate
+from daemons.apiserver.storage import ClaimTaken, Storage
+from daemons.apiserver.strategies import strategy_for
+from daemons.apiserver.validation import invalid, validate
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-# What status a newly created object starts with; kinds not listed start without one,
-# except those whose creator owns their status (a kubelet registering its Node).
-INITIAL_STATUS: dict[str, Obj] = {
-    "Pod": {"phase": "Pending"},
-    "Namespace": {"phase": "Active"},
-    "Service": {"loadBalancer": {}},
-    "ReplicaSet": {"replicas": 0},
-    "Deployment": {},
-}
-CREATOR_OWNS_STATUS = {"Node"}
 SYSTEM_METADATA = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
 # Unconditional writes retry lost compare-and-swap races; the bound only stops a pathological livelock.
 MAX_CONFLICT_RETRIES = 100
@@ -51,9 +43,6 @@ PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 FOREGROUND_FINALIZER = "foregroundDeletion"
 ORPHAN_FINALIZER = "orphan"
 GC_FINALIZERS = {"Foreground": FOREGROUND_FINALIZER, "Orphan": ORPHAN_FINALIZER}
-# Kinds whose deletion ignores propagationPolicy: the garbage collector does not watch them, so it could never
-# remove their finalizers (a namespace's content goes with it in the apiserver; events own nothing).
-UNPROPAGATED_KINDS = ("Namespace", "Node", "Event")
 
 
 def clone(obj: Any) -> Any:
@@ -85,11 +74,13 @@ DEFAULT_WRITE = WriteOptions()
 class Registry:
     """REST operations over ``Storage`` for any row of the resource table."""
 
-    def __init__(self, storage: Storage, network: ServiceNetwork, cache: WatchCache | None = None) -> None:
+    def __init__(self, storage: Storage, network: ServiceNetwork, cache: WatchCache | None = None,
+                 admission: Admission | None = None) -> None:
         self.storage = storage
         self.network = network
         self.cache = cache
         self.rng = random.Random()
+        self.admission = admission or Admission(validating=(NamespaceLifecycle(self.cached),))
 
     # --- helpers -----------------------------------------------------------------------------------
 
@@ -102,40 +93,28 @@ class Registry:
             raise errors.not_found(resource.plural, name, resource.group)
         return obj
 
-    async def _require_namespace(self, resource: Resource, namespace: str | None, creating: bool) -> None:
-        if not resource.namespaced:
-            return
-        if not namespace:
-            raise errors.BadRequest("a namespace is required for namespaced resources")
-        key = NAMESPACES.storage_key(None, namespace)
-        ns = (self.cache.get(key) if self.cache is not None else None) or await self.storage.get(key)
-        if ns is None:
-            raise errors.not_found("namespaces", namespace)
-        if creating and (ns.get("status") or {}).get("phase") == "Terminating":
-            message = f"unable to create new content in namespace {namespace} because it is being terminated"
-            raise errors.Forbidden(
-                f'{resource.plural} is forbidden: {message}',
-                details={"kind": resource.plural, "causes": [
-                    {"type": "NamespaceTerminating", "field": "metadata.namespace", "message": message}]})
+    async def cached(self, resource: Resource, namespace: str | None, name: str) -> Obj | None:
+        """An object from the watch cache when it has it, else from etcd; None when there is none."""
+        key = resource.storage_key(namespace, name)
+        return (self.cache.get(key) if self.cache is not None else None) or await self.storage.get(key)
 
-    async def _claims(self, resource: Resource, current: Obj | None, obj: Obj) -> tuple[Obj, Claims]:
-        """A Service with its cluster IP and node ports filled in, and the claims its write takes and gives back."""
-        if resource.kind != "Service":
-            return obj, NO_CLAIMS
-        held = None
-        if services.asks_for_new_values(obj, current):
-            held = services.held_by_others(await self.storage.list_keys(services.RANGES_PREFIX), current)
-        return services.allocate(self.network, obj, current, held, self.rng)
+    async def _admit(self, resource: Resource, obj: Obj, current: Obj | None, subresource: str | None,
+                     strict: bool) -> tuple[Obj, list[str]]:
+        """The write pipeline after authorization: mutating admission, the row's defaults, model validation
+        and the row's checks, validating admission, then the strategy's reference checks.
 
-    async def _check_references(self, resource: Resource, obj: Obj, current: Obj | None) -> None:
-        """Refuse an object that names what does not exist: a DNS path's Service and port."""
-        if resource.kind == "DNS":
-            await dns.check_routes(self.storage, resource, obj, current)
-
-    @staticmethod
-    def _held(resource: Resource, current: Obj) -> tuple[str, ...]:
-        """The claim keys a stored object gives back when it goes."""
-        return tuple(sorted(services.claim_keys(current))) if resource.kind == "Service" else ()
+        A write through a subresource (status, binding, scale, finalize) is neither mutated nor defaulted again.
+        """
+        metadata = obj.get("metadata") or {}
+        attributes = Attributes("UPDATE" if current is not None else "CREATE", resource, metadata.get("namespace"),
+                                metadata.get("name"), subresource, obj, current)
+        if subresource is None:
+            await self.admission.mutate(attributes)
+            resource.defaults(attributes.obj)
+        attributes.obj, warnings = validate(resource, attributes.obj, strict, current, subresource is None)
+        await self.admission.validate(attributes)
+        await strategy_for(resource).references(self.storage, resource, attributes.obj, current)
+        return attributes.obj, warnings
 
     @staticmethod
     def _check_identity(resource: Resource, obj: Obj, namespace: str | None, name: str | None) -> None:
@@ -203,18 +182,17 @@ class Registry:
         metadata["creationTimestamp"] = now_rfc3339()
         if resource.has_status:
             metadata["generation"] = 1
-            if resource.kind not in CREATOR_OWNS_STATUS:
+            if not resource.creator_owns_status:
                 obj.pop("status", None)
-                if resource.kind in INITIAL_STATUS:
-                    obj["status"] = clone(INITIAL_STATUS[resource.kind])
-        obj, warnings = validate(resource, obj, options.strict)
-        await self._require_namespace(resource, namespace, creating=True)
-        await self._check_references(resource, obj, None)
+                status = resource.initial_status(obj)
+                if status is not None:
+                    obj["status"] = status
+        obj, warnings = await self._admit(resource, obj, None, None, options.strict)
         if options.field_manager:
             obj = patches.record_update(None, obj, options.field_manager, now_rfc3339())
         key = resource.storage_key(namespace, metadata["name"])
         for _attempt in range(MAX_CONFLICT_RETRIES):
-            stored, claims = await self._claims(resource, None, obj)
+            stored, claims = await strategy_for(resource).claims(self.storage, self.network, self.rng, obj, None)
             if options.dry_run:
                 return stored, warnings
             try:
@@ -251,10 +229,12 @@ class Registry:
                 merged.pop("status", None)
             if merged.get("spec") != current.get("spec"):
                 metadata["generation"] = int(current["metadata"].get("generation") or 1) + 1
-        if resource.kind == "Pod" and subresource is None:
-            check_pod_update(current, merged)
-        if resource.kind == "Service" and subresource is None:
-            merged = services.carry_over(current, merged)
+        elif subresource == "finalize":
+            finalizers = (merged.get("spec") or {}).get("finalizers") or []
+            merged = clone(current)
+            merged.setdefault("spec", {})["finalizers"] = finalizers
+        if subresource is None:
+            merged = strategy_for(resource).prepare(merged, current)
         return merged
 
     async def update(self, resource: Resource, namespace: str | None, name: str, body: Obj,
@@ -265,11 +245,11 @@ class Registry:
         desired["metadata"]["name"] = name
         return await self._guaranteed_update(
             resource, namespace, name, lambda current: self._merge_update(resource, current, desired, subresource),
-            options, pinned=desired["metadata"].get("resourceVersion"))
+            options, pinned=desired["metadata"].get("resourceVersion"), subresource=subresource)
 
     async def _guaranteed_update(self, resource: Resource, namespace: str | None, name: str,
                                  mutate: Callable[[Obj], Obj], options: WriteOptions,
-                                 pinned: str | None) -> tuple[Obj, list[str]]:
+                                 pinned: str | None, subresource: str | None = None) -> tuple[Obj, list[str]]:
         """Read the object, compute its new state with ``mutate``, compare-and-swap; on a lost race, again.
 
         The first read may come from the watch cache, every later one from etcd. A write ``pinned`` to a
@@ -285,7 +265,7 @@ class Registry:
                 continue
             desired = mutate(current)
             try:
-                return await self._write(resource, current, desired, options, fresh)
+                return await self._write(resource, current, desired, options, fresh, subresource)
             except (StaleRead, ClaimTaken):
                 continue
             except errors.Conflict:
@@ -294,18 +274,17 @@ class Registry:
         raise errors.conflict(resource.plural, name, resource.group)
 
     async def _write(self, resource: Resource, current: Obj, desired: Obj, options: WriteOptions,
-                     fresh: bool = True) -> tuple[Obj, list[str]]:
+                     fresh: bool = True, subresource: str | None = None) -> tuple[Obj, list[str]]:
         """Validate and store ``desired`` over ``current``; no write at all when nothing changed.
 
         ``current`` read from the cache (not ``fresh``) cannot prove a write is a no-op: that raises ``StaleRead``.
         """
-        obj, warnings = validate(resource, desired, options.strict)
-        await self._check_references(resource, obj, current)
+        obj, warnings = await self._admit(resource, desired, current, subresource, options.strict)
         obj["metadata"].pop("resourceVersion", None)
         revision = int(current["metadata"]["resourceVersion"])
         if options.field_manager:
             obj = patches.record_update(current, obj, options.field_manager, now_rfc3339())
-        obj, claims = await self._claims(resource, current, obj)
+        obj, claims = await strategy_for(resource).claims(self.storage, self.network, self.rng, obj, current)
         unchanged = comparable(obj) == comparable(current)
         if unchanged and not fresh:
             raise StaleRead()
@@ -313,7 +292,7 @@ class Registry:
             obj["metadata"]["resourceVersion"] = str(revision)
             return (current if unchanged else obj), warnings
         if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers") \
-                and (resource.kind != "Pod" or not obj["metadata"].get("deletionGracePeriodSeconds")):
+                and not obj["metadata"].get("deletionGracePeriodSeconds") and not resource.deletion_hold(obj):
             await self._remove(resource, current)
             return current, warnings
         key = resource.storage_key(obj["metadata"].get("namespace"), obj["metadata"]["name"])
@@ -341,7 +320,7 @@ class Registry:
         for _attempt in range(2):
             try:
                 obj, warnings = await self._guaranteed_update(resource, namespace, name, patched, write_options,
-                                                              pinned_version(body))
+                                                              pinned_version(body), subresource)
                 return obj, warnings, False
             except errors.NotFound:
                 if patch_type != "apply":
@@ -397,7 +376,8 @@ class Registry:
     async def _remove(self, resource: Resource, current: Obj) -> int:
         metadata = current["metadata"]
         key = resource.storage_key(metadata.get("namespace"), metadata["name"])
-        revision = await self.storage.delete(key, int(metadata["resourceVersion"]), self._held(resource, current))
+        released = strategy_for(resource).release(current)
+        revision = await self.storage.delete(key, int(metadata["resourceVersion"]), released)
         if revision is None:
             raise errors.conflict(resource.plural, metadata["name"], resource.group)
         log.info("deleted %s %s", resource.kind, object_name(current))
@@ -424,13 +404,8 @@ class Registry:
             if dry_run:
                 return desired or current
             try:
-                if resource.kind == "Namespace" and desired is None:
-                    current = await self._mark_terminating(current)
-                    await self._empty_namespace(name)
                 if desired is None:
                     await self._remove(resource, current)
-                    if resource.kind == "Namespace":
-                        await self._empty_namespace(name)  # what a create that raced the marking still put there
                     return current
                 if desired == current:
                     return current
@@ -449,21 +424,20 @@ class Registry:
     @staticmethod
     def _deletion_state(resource: Resource, current: Obj, grace_period: int | None,
                         policy: str | None = None) -> Obj | None:
-        """The object marked for deletion, or None when it should go away now."""
+        """The object marked for deletion, or None when it should go away now.
+
+        It stays while the row grants a grace period (a running pod), while finalizers remain, or while the
+        row holds it (a namespace until its controller has emptied it).
+        """
         metadata = current["metadata"]
         finalizers = metadata.get("finalizers") or []
-        if resource.kind not in UNPROPAGATED_KINDS:
+        if resource.propagates_deletion:
             finalizers = deletion_finalizers(finalizers, policy)
-        graceful = resource.kind == "Pod" and current.get("spec", {}).get("nodeName") \
-            and (current.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        if graceful:
-            default = current.get("spec", {}).get("terminationGracePeriodSeconds", 30)
-            grace = default if grace_period is None else int(grace_period)
-            if metadata.get("deletionGracePeriodSeconds") is not None:
-                grace = min(grace, int(metadata["deletionGracePeriodSeconds"]))
-        else:
-            grace = 0
-        if grace == 0 and not finalizers:
+        grace = resource.deletion_grace(current, grace_period) or 0
+        if grace and metadata.get("deletionGracePeriodSeconds") is not None:
+            grace = min(grace, int(metadata["deletionGracePeriodSeconds"]))
+        held = resource.deletion_hold(current)
+        if grace == 0 and not finalizers and not held:
             return None
         marked = clone(current)
         if finalizers:
@@ -474,37 +448,9 @@ class Registry:
         if not metadata.get("deletionTimestamp") or grace < int(metadata.get("deletionGracePeriodSeconds") or 0):
             marked["metadata"]["deletionTimestamp"] = now_rfc3339(deadline)
         marked["metadata"]["deletionGracePeriodSeconds"] = grace
+        if held:
+            resource.mark_deleted(marked)
         return marked
-
-    async def _mark_terminating(self, namespace: Obj) -> Obj:
-        """The namespace stored as Terminating, so that no create lands in it while it is being emptied."""
-        if (namespace.get("status") or {}).get("phase") == "Terminating":
-            return namespace
-        marked = clone(namespace)
-        marked["metadata"].setdefault("deletionTimestamp", now_rfc3339())
-        marked.setdefault("status", {})["phase"] = "Terminating"
-        stored = {**marked, "metadata": {k: v for k, v in marked["metadata"].items() if k != "resourceVersion"}}
-        key = NAMESPACES.storage_key(None, namespace["metadata"]["name"])
-        revision = await self.storage.update(key, stored, int(namespace["metadata"]["resourceVersion"]))
-        if revision is None:
-            raise errors.conflict("namespaces", namespace["metadata"]["name"])
-        marked["metadata"]["resourceVersion"] = str(revision)
-        return marked
-
-    async def _empty_namespace(self, namespace: str) -> None:
-        """Deleting a namespace deletes everything in it first."""
-        for resource in RESOURCES:
-            if not resource.namespaced:
-                continue
-            items, _revision = await self.storage.list(resource.storage_prefix(namespace))
-            for item in items:
-                key = resource.storage_key(namespace, item["metadata"]["name"])
-                # A write that lands between the read and the delete (a kubelet's status) loses the race for
-                # the delete: read the object again and retry until it is gone.
-                current: Obj | None = item
-                while current is not None and await self.storage.delete(
-                        key, int(current["metadata"]["resourceVersion"]), self._held(resource, current)) is None:
-                    current = await self.storage.get(key)
 
     async def delete_collection(self, resource: Resource, namespace: str | None, label_selector: str | None,
                                 field_selector: str | None, options: Obj, dry_run: bool = False) -> list[Obj]:
@@ -520,16 +466,13 @@ class Registry:
 
     # --- subresources ------------------------------------------------------------------------------
 
-    async def bind(self, namespace: str, name: str, binding: Obj) -> None:
+    async def bind(self, resource: Resource, namespace: str, name: str, binding: Obj) -> None:
         """``pods/<name>/binding``: set the node once, as the scheduler does."""
         target = binding.get("target") if isinstance(binding, dict) else None
         if not isinstance(target, dict) or not target.get("name"):
-            raise errors.Invalid.for_object("Binding", name, [{
-                "reason": "FieldValueRequired", "field": "target.name", "message": "Required value"}])
+            raise invalid("Binding", name, [FieldError.required("target.name")])
         if target.get("kind", "Node") != "Node":
-            raise errors.Invalid.for_object("Binding", name, [{
-                "reason": "FieldValueNotSupported", "field": "target.kind",
-                "message": f"Unsupported value: {target.get('kind')!r}: supported values: \"Node\""}])
+            raise invalid("Binding", name, [FieldError.not_supported("target.kind", target.get("kind"), ("Node",))])
 
         def bound(current: Obj) -> Obj:
             if current["metadata"].get("deletionTimestamp"):
@@ -545,7 +488,8 @@ class Registry:
             status["conditions"] = conditions
             return result
 
-        await self._guaranteed_update(PODS, namespace, name, bound, DEFAULT_WRITE, pinned=None)
+        await self._guaranteed_update(resource, namespace, name, bound, DEFAULT_WRITE, pinned=None,
+                                      subresource="binding")
 
     async def get_scale(self, resource: Resource, namespace: str, name: str) -> Obj:
         return scale_of(resource, await self._current(resource, namespace, name, fresh=True))
@@ -561,24 +505,18 @@ class Registry:
                 raise errors.BadRequest("the scale body must be an object")
             replicas = (desired.get("spec") or {}).get("replicas")
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-                raise errors.Invalid.for_object("Scale", name, [{
-                    "reason": "FieldValueInvalid", "field": "spec.replicas",
-                    "message": f"Invalid value: {replicas!r}: must be greater than or equal to 0"}], "autoscaling")
+                raise invalid("Scale", name, [FieldError.invalid("spec.replicas", replicas,
+                                                                 "must be greater than or equal to 0")], "autoscaling")
             updated = clone(current)
             updated["spec"]["replicas"] = replicas
             return self._merge_update(resource, current, updated, None)
 
         obj, _warnings = await self._guaranteed_update(resource, namespace, name, scaled, DEFAULT_WRITE,
-                                                       pinned_version(body))
+                                                       pinned_version(body), "scale")
         return scale_of(resource, obj)
 
-def _row(plural: str) -> Resource:
-    return next(resource for resource in RESOURCES if resource.plural == plural)
-
-
-NAMESPACES = _row("namespaces")
-PODS = _row("pods")
-SCALE_VIEW = Resource("Scale", "scale", PODS.model, group="autoscaling", has_status=False)
+# The Scale subresource's own kind, for patching it (only its group matters there).
+SCALE_VIEW = Resource("Scale", "scale", models.KubeObject, group="autoscaling", has_status=False)
 
 
 def object_name(obj: Obj) -> str:
@@ -661,24 +599,3 @@ def scale_of(resource: Resource, obj: Obj) -> Obj:
             "selector": str(LabelSelectorQuery.from_label_selector(obj.get("spec", {}).get("selector"))),
         },
     }
-
-
-def check_pod_update(current: Obj, desired: Obj) -> None:
-    """Pods are immutable but for images, activeDeadlineSeconds and added tolerations, as in Kubernetes."""
-    def comparable(pod: Obj) -> Obj:
-        spec = clone(pod.get("spec") or {})
-        for field in ("containers", "initContainers"):
-            for container in spec.get(field) or []:
-                container.pop("image", None)
-        spec.pop("activeDeadlineSeconds", None)
-        spec.pop("tolerations", None)
-        return spec
-
-    if comparable(current) != comparable(desired):
-        name = current["metadata"]["name"]
-        raise errors.Invalid.for_object("Pod", name, [{
-            "reason": "FieldValueForbidden", "field": "spec",
-            "message": "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
-                       "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds` or `spec.tolerations` "
-                       "(only additions to existing tolerations)",
-        }])

@@ -1,4 +1,4 @@
-"""Turning a request body into a valid, defaulted object, or an ``Invalid`` naming each field."""
+"""Turning a request body into a valid object, or field errors; and the one place they become an ``Invalid``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from daemons.api import models
+from daemons.api.bundle import FieldError, Resource
 from daemons.api.errors import BadRequest, Invalid
-from daemons.api.resources import Resource
 
 NAME_CHECKS = {
     "subdomain": models.check_dns1123_subdomain,
@@ -34,8 +34,8 @@ def field_path(location: tuple[Any, ...]) -> str:
     return path
 
 
-def causes_of(error: ValidationError) -> list[dict[str, str]]:
-    """One Kubernetes ``StatusCause`` per pydantic error, with the wire path of the field."""
+def causes_of(error: ValidationError) -> list[FieldError]:
+    """One field error per pydantic error, with the wire path of the field."""
     causes = []
     for item in error.errors():
         location = tuple(part for part in item["loc"] if not (isinstance(part, str) and "[" in part))
@@ -57,7 +57,7 @@ def causes_of(error: ValidationError) -> list[dict[str, str]]:
             reason, text = "FieldValueInvalid", f"Invalid value: {message}"
         else:
             reason, text = "FieldValueInvalid", f"Invalid value: {item.get('input')!r}: {message}"
-        causes.append({"reason": reason, "message": text, "field": path})
+        causes.append(FieldError(reason, path, text))
     return causes
 
 
@@ -76,31 +76,54 @@ def unknown_fields(model: BaseModel, path: str = "") -> list[str]:
     return found
 
 
-def validate(resource: Resource, obj: dict[str, Any], strict: bool = False) -> tuple[dict[str, Any], list[str]]:
-    """The defaulted wire form of ``obj`` and its unknown fields; ``Invalid`` lists every bad field.
+def invalid(kind: str, name: str | None, problems: list[FieldError], group: str = "") -> Invalid:
+    """The 422 for ``problems``, worded as upstream: one error inline, several in brackets."""
+    summary = str(problems[0]) if len(problems) == 1 else "[" + ", ".join(map(str, problems)) + "]"
+    causes = [{"reason": problem.reason, "message": problem.message, "field": problem.field}
+              for problem in problems]
+    return Invalid(f'{kind} "{name or ""}" is invalid: {summary}',
+                   details={"name": name or "", "group": group, "kind": kind, "causes": causes})
 
-    With ``strict`` (``fieldValidation=Strict``) an unknown field is an error rather than a warning.
-    """
+
+def check_model(resource: Resource, obj: dict[str, Any]) -> tuple[dict[str, Any] | None, list[FieldError], list[str]]:
+    """The model's wire form of ``obj`` (None when it does not parse), the field errors, and unknown fields."""
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     name = metadata.get("name")
-    causes: list[dict[str, str]] = []
+    problems: list[FieldError] = []
     if not name:
-        causes.append({"reason": "FieldValueRequired", "field": "metadata.name",
-                       "message": "Required value: name or generateName is required"})
+        problems.append(FieldError.required("metadata.name", "name or generateName is required"))
     else:
         try:
             NAME_CHECKS[resource.name_format](str(name))
         except ValueError as error:
-            causes.append({"reason": "FieldValueInvalid", "field": "metadata.name",
-                           "message": f"Invalid value: {name!r}: {error}"})
+            problems.append(FieldError("FieldValueInvalid", "metadata.name", f"Invalid value: {name!r}: {error}"))
     try:
         model = resource.model.model_validate(obj)
     except ValidationError as error:
-        causes += causes_of(error)
-        raise Invalid.for_object(resource.kind, name, causes, resource.group) from None
-    if causes:
-        raise Invalid.for_object(resource.kind, name, causes, resource.group)
-    unknown = unknown_fields(model)
-    if strict and unknown:
+        return None, problems + causes_of(error), []
+    return model.wire(), problems, unknown_fields(model)
+
+
+def refuse_unknown(unknown: list[str]) -> None:
+    """``fieldValidation=Strict``: an unknown field is an error rather than a warning."""
+    if unknown:
         raise BadRequest("strict decoding error: " + ", ".join(f'unknown field "{field}"' for field in unknown))
-    return model.wire(), unknown
+
+
+def validate(resource: Resource, obj: dict[str, Any], strict: bool = False, current: dict[str, Any] | None = None,
+             whole_object: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """The model's wire form of ``obj`` and its unknown fields, after the row's checks; ``Invalid`` lists every
+    bad field. ``current`` is the stored object on update; ``whole_object`` is False for a write through a
+    subresource, which the row's immutable-field rules (``check_update``) do not judge."""
+    wire, problems, unknown = check_model(resource, obj)
+    if wire is not None:
+        problems += resource.check(wire, current)
+        if current is not None and whole_object:
+            problems += resource.check_update(wire, current)
+    if problems:
+        name = (obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}).get("name")
+        raise invalid(resource.kind, name, problems, resource.group)
+    if strict:
+        refuse_unknown(unknown)
+    assert wire is not None
+    return wire, unknown

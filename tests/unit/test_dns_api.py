@@ -6,9 +6,9 @@ import pytest
 
 from cli.printers import TableLayout
 from cli.verbs.describe import describe_text, route_lines
+from daemons.api import tables
 from daemons.api.errors import Invalid
-from daemons.api.resources import require
-from daemons.apiserver import tables
+from daemons.api.resources import require, resolve
 from daemons.apiserver.dns import new_routes, route_causes
 from daemons.apiserver.validation import validate
 
@@ -94,7 +94,7 @@ def test_references_the_stored_object_held_are_not_checked_again():
 # --- table -----------------------------------------------------------------------------------------
 
 def test_table_shows_host_and_paths_and_wide_adds_services():
-    table = tables.table("DNS", [dns(("/cart", "cart", 80), ("/pay", "pay", 8080))], "5", now=NOW)
+    table = tables.table(resolve("dns"), [dns(("/cart", "cart", 80), ("/pay", "pay", 8080))], "5", now=NOW)
     layout = TableLayout(table["columnDefinitions"])
     wide = TableLayout(table["columnDefinitions"], wide=True)
     assert layout.header().split("\t") == ["NAME", "HOST", "PATHS", "AGE"]

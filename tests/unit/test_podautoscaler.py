@@ -11,9 +11,9 @@ import pytest
 from cli.session import CLIError
 from cli.verbs.autoscale import hpa_manifest
 from daemons.api.errors import NotFound
-from daemons.api.resources import require
+from daemons.api.resources import require, resolve
+from daemons.api.tables import table
 from daemons.api.usage import Usage
-from daemons.apiserver.tables import table
 from daemons.controllers.context import ControllerContext
 from daemons.controllers.informers import InformerFactory
 from daemons.controllers.podautoscaler import HorizontalPodAutoscalingController
@@ -299,7 +299,7 @@ def test_own_status_writes_do_not_requeue_but_spec_changes_do(api, usage, clock)
 
 
 def cells(obj):
-    return table("HorizontalPodAutoscaler", [obj], "1", now=datetime(2027, 1, 15, 8, 0, tzinfo=UTC))["rows"][0]["cells"]
+    return table(resolve("hpa"), [obj], "1", now=datetime(2027, 1, 15, 8, 0, tzinfo=UTC))["rows"][0]["cells"]
 
 
 def test_get_hpa_before_metrics_shows_unknown():

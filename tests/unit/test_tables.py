@@ -2,10 +2,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from daemons.apiserver import tables
+from daemons.api import models, tables
+from daemons.api.bundle import Resource
+from daemons.api.kinds.endpoints import endpoints_text
+from daemons.api.kinds.node import node_roles, node_status
+from daemons.api.kinds.pod import pod_status_reason
+from daemons.api.resources import resolve
+from daemons.api.times import human_duration
 
 pytestmark = pytest.mark.unit
 
+WIDGETS = Resource("Widget", "widgets", models.KubeObject)
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 
 
@@ -19,7 +26,7 @@ def created(seconds_ago: int) -> str:
      (3 * 86400 + 4 * 3600, "3d4h"), (20 * 86400, "20d"), (800 * 86400, "2y70d")],
 )
 def test_human_duration_matches_kubectl(seconds, text):
-    assert tables.human_duration(seconds) == text
+    assert human_duration(seconds) == text
 
 
 def running_pod(**status):
@@ -36,7 +43,7 @@ def test_pod_row_has_upstream_columns_and_wide_ones_by_priority():
          "lastState": {"terminated": {"finishedAt": created(30)}}},
         {"name": "b", "ready": False, "restartCount": 0, "state": {"running": {}}},
     ])
-    table = tables.table("Pod", [pod], "7", now=NOW)
+    table = tables.table(resolve("pods"), [pod], "7", now=NOW)
     names = [(column["name"], column["priority"]) for column in table["columnDefinitions"]]
     assert names[:5] == [("Name", 0), ("Ready", 0), ("Status", 0), ("Restarts", 0), ("Age", 0)]
     assert ("IP", 1) in names and ("Node", 1) in names
@@ -57,7 +64,7 @@ def test_pod_status_column(statuses, deleting, expected):
     pod = running_pod(containerStatuses=statuses)
     if deleting:
         pod["metadata"]["deletionTimestamp"] = created(0)
-    assert tables.pod_status_reason(pod) == expected
+    assert pod_status_reason(pod) == expected
 
 
 def test_node_row_shows_readiness_cordon_and_roles():
@@ -68,12 +75,12 @@ def test_node_row_shows_readiness_cordon_and_roles():
         "status": {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": {"kubeletVersion": "v1.30.0"},
                    "addresses": [{"type": "InternalIP", "address": "192.0.2.10"}]},
     }
-    cells = tables.table("Node", [node], "1", now=NOW)["rows"][0]["cells"]
+    cells = tables.table(resolve("nodes"), [node], "1", now=NOW)["rows"][0]["cells"]
     assert cells[:6] == ["n1", "Ready,SchedulingDisabled", "control-plane", "60m", "v1.30.0", "192.0.2.10"]
 
 
 def test_node_columns_are_upstreams_with_the_pod_cidr_last():
-    columns = [(c["name"], c["priority"]) for c in tables.column_definitions("Node")]
+    columns = [(c["name"], c["priority"]) for c in tables.column_definitions(resolve("nodes"))]
     assert columns == [("Name", 0), ("Status", 0), ("Roles", 0), ("Age", 0), ("Version", 0), ("Internal-IP", 1),
                        ("External-IP", 1), ("OS-Image", 1), ("Kernel-Version", 1), ("Container-Runtime", 1),
                        ("Pod-CIDR", 1)]
@@ -89,10 +96,10 @@ def test_node_wide_cells():
                    "nodeInfo": {"kubeletVersion": "v1.30.0-minik8s", "osImage": "Debian GNU/Linux 12 (bookworm)",
                                 "kernelVersion": "6.1.0-18-amd64", "containerRuntimeVersion": "docker://20.10.24"}},
     }
-    assert tables.table("Node", [node], "1", now=NOW)["rows"][0]["cells"] == [
+    assert tables.table(resolve("nodes"), [node], "1", now=NOW)["rows"][0]["cells"] == [
         "n2", "Ready", "<none>", "90s", "v1.30.0-minik8s", "192.0.2.2", "198.51.100.2",
         "Debian GNU/Linux 12 (bookworm)", "6.1.0-18-amd64", "docker://20.10.24", "10.244.3.0/24"]
-    bare = tables.table("Node", [{"metadata": {"name": "n3"}}], "1", now=NOW)["rows"][0]["cells"]
+    bare = tables.table(resolve("nodes"), [{"metadata": {"name": "n3"}}], "1", now=NOW)["rows"][0]["cells"]
     assert bare == ["n3", "Unknown", "<none>", "<unknown>", "", "<none>", "<none>", "<unknown>", "<unknown>",
                     "<unknown>", "<none>"]
 
@@ -107,7 +114,7 @@ def test_node_wide_cells():
 ])
 def test_node_status_column(conditions, unschedulable, status):
     node = {"metadata": {"name": "n"}, "spec": {"unschedulable": unschedulable}, "status": {"conditions": conditions}}
-    assert tables.node_status(node) == status
+    assert node_status(node) == status
 
 
 @pytest.mark.parametrize(("labels", "roles"), [
@@ -118,25 +125,25 @@ def test_node_status_column(conditions, unschedulable, status):
     ({"kubernetes.io/role": "gpu", "disk": "ssd"}, "gpu"),
 ])
 def test_node_roles_column(labels, roles):
-    assert tables.node_roles({"metadata": {"labels": labels}}) == roles
+    assert node_roles({"metadata": {"labels": labels}}) == roles
 
 
 def test_service_and_endpoints_cells():
     service = {"metadata": {"name": "web", "creationTimestamp": created(10)},
                "spec": {"type": "NodePort", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
                         "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}], "selector": {"app": "web"}}}
-    assert tables.table("Service", [service], "1", now=NOW)["rows"][0]["cells"] == [
+    assert tables.table(resolve("services"), [service], "1", now=NOW)["rows"][0]["cells"] == [
         "web", "NodePort", "10.96.0.10", "<none>", "80:30080/TCP", "10s", "app=web"]
     endpoints = {"metadata": {"name": "web"}, "subsets": [
         {"addresses": [{"ip": f"10.244.0.{i}"} for i in range(1, 6)], "ports": [{"port": 8080}]}]}
-    assert tables.endpoints_text(endpoints) == "10.244.0.1:8080,10.244.0.2:8080,10.244.0.3:8080 + 2 more..."
+    assert endpoints_text(endpoints) == "10.244.0.1:8080,10.244.0.2:8080,10.244.0.3:8080 + 2 more..."
 
 
 def test_service_columns_are_upstreams():
-    columns = [(c["name"], c["priority"]) for c in tables.column_definitions("Service")]
+    columns = [(c["name"], c["priority"]) for c in tables.column_definitions(resolve("services"))]
     assert columns == [("Name", 0), ("Type", 0), ("Cluster-IP", 0), ("External-IP", 0), ("Port(s)", 0), ("Age", 0),
                        ("Selector", 1)]
-    assert [c["name"] for c in tables.column_definitions("Endpoints")] == ["Name", "Endpoints", "Age"]
+    assert [c["name"] for c in tables.column_definitions(resolve("endpoints"))] == ["Name", "Endpoints", "Age"]
 
 
 @pytest.mark.parametrize(("spec", "status", "cells"), [
@@ -160,20 +167,20 @@ def test_service_columns_are_upstreams():
 ])
 def test_service_cells_by_type(spec, status, cells):
     service = {"metadata": {"name": "s", "creationTimestamp": created(5)}, "spec": spec, "status": status}
-    row = tables.table("Service", [service], "1", now=NOW)["rows"][0]["cells"]
+    row = tables.table(resolve("services"), [service], "1", now=NOW)["rows"][0]["cells"]
     assert row[1:5] + row[6:] == cells
 
 
 def test_endpoints_list_each_port_of_each_subset_as_kubectl():
     two_ports = {"subsets": [{"addresses": [{"ip": "10.244.1.5"}, {"ip": "10.244.2.7"}],
                               "ports": [{"name": "http", "port": 8080}, {"name": "metrics", "port": 9090}]}]}
-    assert tables.endpoints_text(two_ports) == "10.244.1.5:8080,10.244.2.7:8080,10.244.1.5:9090 + 1 more..."
-    assert tables.endpoints_text({"subsets": [{"addresses": [{"ip": "10.244.1.5"}]}]}) == "10.244.1.5"
-    assert tables.endpoints_text({"subsets": [{"addresses": [{"ip": "fd00::5"}], "ports": [{"port": 80}]}]}) \
+    assert endpoints_text(two_ports) == "10.244.1.5:8080,10.244.2.7:8080,10.244.1.5:9090 + 1 more..."
+    assert endpoints_text({"subsets": [{"addresses": [{"ip": "10.244.1.5"}]}]}) == "10.244.1.5"
+    assert endpoints_text({"subsets": [{"addresses": [{"ip": "fd00::5"}], "ports": [{"port": 80}]}]}) \
         == "[fd00::5]:80"
-    assert tables.endpoints_text({"subsets": [{"notReadyAddresses": [{"ip": "10.244.1.5"}],
+    assert endpoints_text({"subsets": [{"notReadyAddresses": [{"ip": "10.244.1.5"}],
                                                "ports": [{"port": 80}]}]}) == ""
-    assert tables.endpoints_text({"metadata": {"name": "web"}}) == "<none>"
+    assert endpoints_text({"metadata": {"name": "web"}}) == "<none>"
 
 
 def test_deployment_and_replicaset_rows():
@@ -182,13 +189,14 @@ def test_deployment_and_replicaset_rows():
     meta = {"name": "web", "creationTimestamp": created(30)}
     deployment = {"metadata": meta, "spec": spec, "status": {"readyReplicas": 2, "updatedReplicas": 3,
                                                             "availableReplicas": 2}}
-    assert tables.table("Deployment", [deployment], "1", now=NOW)["rows"][0]["cells"] == [
+    assert tables.table(resolve("deployments"), [deployment], "1", now=NOW)["rows"][0]["cells"] == [
         "web", "2/3", 3, 2, "30s", "web", "nginx", "app=web"]
     replicaset = {"metadata": meta, "spec": spec, "status": {"replicas": 3, "readyReplicas": 1}}
-    assert tables.table("ReplicaSet", [replicaset], "1", now=NOW)["rows"][0]["cells"][:5] == ["web", 3, 3, 1, "30s"]
+    cells = tables.table(resolve("replicasets"), [replicaset], "1", now=NOW)["rows"][0]["cells"]
+    assert cells[:5] == ["web", 3, 3, 1, "30s"]
 
 
 def test_unknown_kind_gets_name_and_age():
-    table = tables.table("Widget", [{"metadata": {"name": "w", "creationTimestamp": created(1)}}], "1", now=NOW,
+    table = tables.table(WIDGETS, [{"metadata": {"name": "w", "creationTimestamp": created(1)}}], "1", now=NOW,
                          include_object="None")
     assert table["rows"] == [{"cells": ["w", "1s"]}]

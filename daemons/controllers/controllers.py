@@ -12,6 +12,7 @@ from daemons.controllers.context import ControllerContext, ManagedController
 from daemons.controllers.deployment import DeploymentController
 from daemons.controllers.endpoints import EndpointsController
 from daemons.controllers.garbagecollector import GarbageCollector
+from daemons.controllers.namespace import NamespaceController
 from daemons.controllers.nodelifecycle import NodeLifecycleController
 from daemons.controllers.podautoscaler import HorizontalPodAutoscalingController
 from daemons.controllers.prometheus_sd import PrometheusSDController
@@ -28,6 +29,7 @@ CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
     "prometheus-sd": PrometheusSDController,
     "nodelifecycle": NodeLifecycleController,
     "serviceaccount": ServiceAccountsController,
+    "namespace": NamespaceController,
 }
 
 

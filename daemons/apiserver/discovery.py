@@ -10,7 +10,8 @@ from daemons.api.resources import RESOURCES, groups
 GIT_VERSION = "v1.30.0-minik8s"
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"],
-                     "binding": ["create"], "log": ["get"], "exec": ["create", "get"]}
+                     "binding": ["create"], "log": ["get"], "exec": ["create", "get"],
+                     "finalize": ["update"]}
 
 
 def version_info() -> dict[str, str]:

@@ -42,17 +42,17 @@ class APIError(MiniK8sError):
         return list((self.details or {}).get("causes") or [])
 
     def to_status(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.details:
-            body["details"] = self.details
+        """The ``Status`` body, fields in upstream's order with empty ones left out, so it encodes byte for byte
+        as upstream's does."""
+        body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+        if self.message:
+            body["message"] = self.message
+        if self.reason:
+            body["reason"] = self.reason
+        details = status_details(self.details or {})
+        if details:
+            body["details"] = details
+        body["code"] = self.code
         return body
 
     @classmethod
@@ -94,6 +94,11 @@ class NotFound(APIError):
 class MethodNotAllowed(APIError):
     code = 405
     reason = "MethodNotAllowed"
+
+
+class NotAcceptable(APIError):
+    code = 406
+    reason = "NotAcceptable"
 
 
 class Conflict(APIError):
@@ -154,15 +159,29 @@ class ServerTimeout(ServerError):
 
 _BY_REASON: dict[str, type[APIError]] = {
     error.reason: error
-    for error in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, AlreadyExists,
-                  Gone, RequestEntityTooLarge, UnsupportedMediaType, Invalid, ServiceUnavailable)
+    for error in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, NotAcceptable, Conflict,
+                  AlreadyExists, Gone, RequestEntityTooLarge, UnsupportedMediaType, Invalid, ServiceUnavailable)
 }
 _BY_REASON["Gone"] = Gone
 _BY_CODE: dict[int, type[APIError]] = {
     error.code: error
-    for error in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, Gone,
+    for error in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, NotAcceptable, Conflict, Gone,
                   RequestEntityTooLarge, UnsupportedMediaType, Invalid, ServiceUnavailable, ServerTimeout)
 }
+
+
+# The fields of upstream's StatusDetails and StatusCause, in the order Go encodes them.
+_DETAIL_FIELDS = ("name", "group", "kind", "uid", "causes", "retryAfterSeconds")
+_CAUSE_FIELDS = ("reason", "message", "field")
+
+
+def status_details(details: dict[str, Any]) -> dict[str, Any]:
+    """``details`` in upstream's field order, empty fields left out as Go's ``omitempty`` does."""
+    ordered = {field: details[field] for field in _DETAIL_FIELDS if details.get(field)}
+    if "causes" in ordered:
+        ordered["causes"] = [{field: cause[field] for field in _CAUSE_FIELDS if cause.get(field)}
+                             for cause in ordered["causes"]]
+    return ordered
 
 
 def not_found(resource_name: str, name: str, group: str = "") -> NotFound:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-import yaml
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
@@ -21,12 +20,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from daemons.api import errors, tables
 from daemons.api.resources import Resource, find
-from daemons.apiserver import discovery, metrics_api, openapi, protobuf
+from daemons.apiserver import discovery, metrics_api, openapi
 from daemons.apiserver.admission import AllowAuthenticated, Authorizer
 from daemons.apiserver.auth import Authenticator, load_token_file
 from daemons.apiserver.bootstrap import bootstrap, default_advertise_address
 from daemons.apiserver.cache import WatchCache
+from daemons.apiserver.decoding import MAX_BODY_BYTES, decode_body, read_body, request_body
 from daemons.apiserver.kubelet_proxy import KubeletProxy
+from daemons.apiserver.negotiation import Rendering, Shape, negotiate, partial_list, status_response
 from daemons.apiserver.publisher import EventPublisher
 from daemons.apiserver.registry import Registry, WriteOptions
 from daemons.apiserver.settings import ApiServerSettings
@@ -35,7 +36,6 @@ from daemons.apiserver.watch import object_events
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 3 * 1024 * 1024
 PATCH_TYPES = {
     "application/json-patch+json": "json",
     "application/merge-patch+json": "merge",
@@ -96,41 +96,12 @@ def request_verb(method: str, target: Target | None, watch: bool) -> str:
     return {"POST": "CREATE", "PUT": "UPDATE"}.get(method, method)
 
 
-def wants_table(request: Request) -> bool:
-    return "as=Table" in request.headers.get("accept", "")
+def rendering(request: Request, shape: Shape) -> Rendering:
+    return negotiate(request.headers.get("accept", ""), shape)
 
 
 def is_watch(request: Request) -> bool:
     return request.query_params.get("watch", "").lower() in ("1", "true")
-
-
-def parse_body(raw: bytes, content_type: str) -> Any:
-    """JSON, YAML where the content type says so (or JSON fails on an apply patch), or Kubernetes protobuf.
-
-    kubectl 1.33's typed clients POST built-in kinds as ``application/vnd.kubernetes.protobuf`` (and do not retry
-    as JSON); those decode to the dict their JSON would have been. A kind the decoder does not cover gets 415,
-    a body it cannot read 400.
-    """
-    if len(raw) > MAX_BODY_BYTES:
-        raise errors.RequestEntityTooLarge(f"the request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
-    if "protobuf" in content_type:
-        try:
-            return protobuf.decode_object(raw)
-        except protobuf.UnsupportedKind as error:
-            raise errors.UnsupportedMediaType(str(error)) from None
-        except protobuf.ProtobufError as error:
-            raise errors.BadRequest(f"the request body is not valid Kubernetes protobuf: {error}") from None
-    if not raw.strip():
-        raise errors.BadRequest("the request body is empty")
-    try:
-        return json.loads(raw)
-    except ValueError as json_error:
-        if "yaml" not in content_type:
-            raise errors.BadRequest(f"the request body is not valid JSON: {json_error}") from None
-    try:
-        return yaml.safe_load(raw)
-    except yaml.YAMLError as yaml_error:
-        raise errors.BadRequest(f"the request body is not valid YAML: {yaml_error}") from None
 
 
 def list_body(resource: Resource, items: list[Obj], revision: int) -> Obj:
@@ -195,7 +166,7 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
 
     @app.exception_handler(errors.APIError)
     async def api_error(_request: Request, error: errors.APIError) -> JSONResponse:
-        return JSONResponse(error.to_status(), status_code=error.code)
+        return status_response(error)
 
     app.add_middleware(Gatekeeper, authenticator=authenticator)
 
@@ -336,12 +307,12 @@ class Gatekeeper:
         user = self.authenticator.authenticate(scope["path"], authorization)
         scope.setdefault("state", {})["user"] = user  # for the authorizer, as request.state.user
         if user is None:
-            await JSONResponse(errors.Unauthorized("Unauthorized").to_status(), status_code=401)(
+            await status_response(errors.Unauthorized("Unauthorized"))(
                 scope, receive, send_and_record)
         elif int(headers.get(b"content-length") or 0) > MAX_BODY_BYTES:
             error = errors.RequestEntityTooLarge(f"the request body is larger than the limit of {MAX_BODY_BYTES} "
                                                  "bytes")
-            await JSONResponse(error.to_status(), status_code=413)(scope, receive, send_and_record)
+            await status_response(error)(scope, receive, send_and_record)
         else:
             await self.app(scope, receive, send_and_record)
         REQUESTS.labels(verb, resource_name, str(status["code"])).inc()
@@ -365,18 +336,21 @@ def write_options(request: Request) -> WriteOptions:
 
 
 async def _body(request: Request) -> Any:
-    return parse_body(await request.body(), request.headers.get("content-type", ""))
+    return await request_body(request)
 
 
 async def list_or_watch(registry: Registry, request: Request, target: Target) -> Response:
     params = request.query_params
     if is_watch(request):
         return await watch_response(registry, request, target)
+    shown = rendering(request, "list")
     items, revision = await registry.list(target.resource, target.namespace, params.get("labelSelector"),
                                           params.get("fieldSelector"))
-    if wants_table(request):
+    if shown.table:
         return JSONResponse(tables.table(target.resource, items, str(revision),
                                          include_object=params.get("includeObject", "Metadata")))
+    if shown.metadata:
+        return JSONResponse(partial_list(items, str(revision), shown.version))
     return JSONResponse(list_body(target.resource, items, revision))
 
 
@@ -384,7 +358,7 @@ async def watch_response(registry: Registry, request: Request, target: Target) -
     params = request.query_params
     events = await object_events(registry, target.resource, target.namespace, params.get("labelSelector"),
                                  params.get("fieldSelector"), params.get("resourceVersion"))
-    as_table = wants_table(request)
+    answer_as = rendering(request, "watch")
     include_object = params.get("includeObject", "Metadata")
     timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
 
@@ -393,7 +367,7 @@ async def watch_response(registry: Registry, request: Request, target: Target) -
             async with asyncio.timeout(timeout):
                 async for event_type, obj in events:
                     shown = tables.table(target.resource, [obj], obj["metadata"]["resourceVersion"],
-                                         include_object=include_object) if as_table else obj
+                                         include_object=include_object) if answer_as.table else answer_as.object(obj)
                     yield json.dumps({"type": event_type, "object": shown}).encode() + b"\n"
         except TimeoutError:
             return
@@ -412,12 +386,13 @@ async def watch_response(registry: Registry, request: Request, target: Target) -
 async def get_object(registry: Registry, request: Request, target: Target) -> Response:
     assert target.name is not None
     # resourceVersion=0 means "any version will do", which the watch cache answers without etcd, as in Kubernetes.
+    shown = rendering(request, "object")
     any_version = request.query_params.get("resourceVersion") == "0"
     obj = await registry.get(target.resource, target.namespace, target.name, fresh=not any_version)
-    if wants_table(request):
+    if shown.table:
         return JSONResponse(tables.table(target.resource, [obj], obj["metadata"]["resourceVersion"],
                                          include_object=request.query_params.get("includeObject", "Metadata")))
-    return JSONResponse(obj)
+    return JSONResponse(shown.object(obj))
 
 
 async def get_scale(registry: Registry, _request: Request, target: Target) -> Response:
@@ -466,8 +441,8 @@ async def change_scale(registry: Registry, request: Request, target: Target) -> 
 
 
 async def _delete_options(request: Request) -> Obj:
-    raw = await request.body()
-    options: Obj = parse_body(raw, request.headers.get("content-type", "")) if raw.strip() else {}
+    raw = await read_body(request)
+    options: Obj = decode_body(raw, request.headers.get("content-type", "")) if raw.strip() else {}
     if not isinstance(options, dict):
         raise errors.BadRequest("DeleteOptions must be an object")
     if "gracePeriodSeconds" in request.query_params:
@@ -513,7 +488,8 @@ async def pod_logs(_registry: Registry, request: Request, target: Target) -> Res
 async def pod_exec(_registry: Registry, request: Request, target: Target) -> Response:
     """Run a command to completion in a pod's container (our kubectl's exec: no terminal, no stdin)."""
     assert target.name is not None and target.namespace is not None
-    body = await _body(request) if (await request.body()).strip() else {}
+    raw = await read_body(request)
+    body = decode_body(raw, request.headers.get("content-type", "")) if raw.strip() else {}
     if not isinstance(body, dict):
         raise errors.BadRequest("the exec body must be an object with a command list")
     command = body.get("command") or request.query_params.getlist("command")

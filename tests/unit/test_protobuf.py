@@ -7,7 +7,7 @@ import contextlib
 import pytest
 
 from daemons.api import errors
-from daemons.apiserver.app import parse_body
+from daemons.apiserver.decoding import decode_body as parse_body
 from daemons.apiserver.protobuf import KINDS, SCALARS, SCHEMA, ProtobufError, UnsupportedKind, decode_object
 
 pytestmark = pytest.mark.unit

@@ -41,7 +41,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command("apply")(apply.apply)
-app.command("create")(create.create)
+app.add_typer(create.app, name="create")
 app.command("get")(get.get)
 app.command("describe")(describe.describe)
 app.command("delete")(delete.delete)

@@ -15,6 +15,7 @@ from cli.verbs import (
     autoscale,
     cordon,
     create,
+    create_batch,
     delete,
     describe,
     drain,
@@ -28,6 +29,7 @@ from cli.verbs import (
     set_image,
     top,
     version,
+    wait,
 )
 from daemons.api.errors import MiniK8sError
 
@@ -41,6 +43,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command("apply")(apply.apply)
+create_batch.register(create.app)
 app.add_typer(create.app, name="create")
 app.command("get")(get.get)
 app.command("describe")(describe.describe)
@@ -56,6 +59,7 @@ app.command("uncordon")(cordon.uncordon)
 app.command("drain")(drain.drain)
 app.command("logs")(logs.logs)
 app.command("exec")(exec.exec_command)
+app.command("wait")(wait.wait)
 app.command("api-resources")(api_resources.api_resources)
 app.command("version")(version.version)
 app.add_typer(top.app, name="top")

@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from daemons.controllers.context import ControllerContext, ManagedController
+from daemons.controllers.cronjob import CronJobController
 from daemons.controllers.deployment import DeploymentController
 from daemons.controllers.endpoints import EndpointsController
 from daemons.controllers.garbagecollector import GarbageCollector
+from daemons.controllers.job import JobController
 from daemons.controllers.namespace import NamespaceController
 from daemons.controllers.nodelifecycle import NodeLifecycleController
 from daemons.controllers.podautoscaler import HorizontalPodAutoscalingController
@@ -28,6 +30,8 @@ CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
     "horizontalpodautoscaling": HorizontalPodAutoscalingController,
     "prometheus-sd": PrometheusSDController,
     "nodelifecycle": NodeLifecycleController,
+    "job": JobController,
+    "cronjob": CronJobController,
     "serviceaccount": ServiceAccountsController,
     "namespace": NamespaceController,
 }

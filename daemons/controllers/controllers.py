@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from daemons.controllers.context import ControllerContext, ManagedController
+from daemons.controllers.daemonset import DaemonSetController
 from daemons.controllers.cronjob import CronJobController
 from daemons.controllers.deployment import DeploymentController
 from daemons.controllers.endpoints import EndpointsController
@@ -26,6 +27,7 @@ CONTROLLERS: dict[str, Callable[[ControllerContext], ManagedController]] = {
     "replicaset": ReplicaSetController,
     "replicationcontroller": ReplicationManager,
     "deployment": DeploymentController,
+    "daemonset": DaemonSetController,
     "garbagecollector": GarbageCollector,
     "horizontalpodautoscaling": HorizontalPodAutoscalingController,
     "prometheus-sd": PrometheusSDController,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from daemons.controllers.context import ControllerContext, ManagedController
-from daemons.controllers.daemonset import DaemonSetController
 from daemons.controllers.cronjob import CronJobController
+from daemons.controllers.daemonset import DaemonSetController
 from daemons.controllers.deployment import DeploymentController
 from daemons.controllers.endpoints import EndpointsController
 from daemons.controllers.garbagecollector import GarbageCollector

@@ -7,13 +7,23 @@ needing full schemas. The documents therefore list every path with its
 operations, the kind each serves, and that parameter. Strategic merge patch is
 deliberately not advertised: kubectl then computes such patches from its
 built-in types, which needs no schemas here.
+
+The v3 documents also carry each kind's schema, generated from its row's model
+(wire names, the models' docstrings as descriptions, shared structures such as
+ObjectMeta as components), which ``kubectl explain`` reads; a kind added to the
+table gets its schema with no code here. The v2 protobuf carries no definitions:
+kubectl would otherwise compute strategic merge patches from them, and the
+models do not say which lists merge by which key.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
+
+from pydantic.json_schema import models_json_schema
 
 from daemons.api.resources import RESOURCES, Resource, groups
 from daemons.apiserver.discovery import GIT_VERSION
@@ -51,6 +61,98 @@ def _operation(resource: Resource, verb: str, media_types: tuple[str, ...] = ())
     return operation
 
 
+SCHEMA_PREFIX = "#/components/schemas/"
+# The scalar types upstream names, which pydantic sees as unions of a number and a string.
+SCALARS = {
+    "IntOrString": {"type": "string", "format": "int-or-string", "x-kubernetes-int-or-string": True,
+                    "description": "An integer or a string, such as a port number or name, or a percentage."},
+    "Quantity": {"type": "string", "x-kubernetes-int-or-string": True,
+                 "description": "A fixed-point amount with an optional suffix, such as 100m, 1.5 or 128Mi."},
+}
+# Keys of a schema whose values are schemas themselves, and those whose values are lists or maps of them.
+_SUBSCHEMA = ("items", "additionalProperties", "not")
+_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
+
+
+def _openapi_schema(node: dict[str, Any]) -> dict[str, Any]:
+    """One pydantic (JSON Schema 2020-12) schema as OpenAPI 3.0 and kubectl explain read it.
+
+    Optional fields lose their ``null`` alternative, a number-or-string union refers to upstream's
+    IntOrString or Quantity, other unions become an object; titles and defaults go (explain shows neither), and a
+    ``$ref`` with a description beside it moves into ``allOf``, as OpenAPI 3.0 ignores a ref's siblings.
+    """
+    variants = [v for v in node.pop("anyOf", []) if v.get("type") != "null"]
+    if len(variants) == 1:
+        node = {**variants[0], **node}
+    elif variants:
+        types = {v.get("type") for v in variants}
+        if types <= {"integer", "number", "string"} and "string" in types:
+            shared = "Quantity" if "number" in types else "IntOrString"
+            node = {"$ref": SCHEMA_PREFIX + shared, **node}
+        else:
+            node = {"type": "object", **node}
+    node = {key: value for key, value in node.items() if key not in ("title", "default")}
+    if isinstance(node.get("additionalProperties"), bool):
+        del node["additionalProperties"]
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if not isinstance(node.get(bound), bool) and isinstance(node.get(bound), int | float):
+            node[limit], node[bound] = node[bound], True
+    if "$ref" in node and len(node) > 1:
+        node["allOf"] = [{"$ref": node.pop("$ref")}]
+    for key in _SUBSCHEMA:
+        if isinstance(node.get(key), dict):
+            node[key] = _openapi_schema(node[key])
+    for key in _SUBSCHEMA_LISTS:
+        if key in node:
+            node[key] = [_openapi_schema(item) for item in node[key]]
+    if "properties" in node:
+        node["properties"] = {name: _openapi_schema(field) for name, field in node["properties"].items()}
+    return node
+
+
+@functools.cache
+def _schemas() -> tuple[dict[type, str], dict[str, dict[str, Any]]]:
+    """Each row model's component name, and every component, generated once from the table's models."""
+    models = list(dict.fromkeys(resource.model for resource in RESOURCES))
+    refs, generated = models_json_schema([(model, "validation") for model in models], by_alias=True,
+                                         ref_template=SCHEMA_PREFIX + "{model}")
+    names = {model: refs[(model, "validation")]["$ref"].removeprefix(SCHEMA_PREFIX) for model in models}
+    components = {name: _openapi_schema(schema) for name, schema in generated.get("$defs", {}).items()}
+    return names, {**SCALARS, **components}
+
+
+def _references(node: Any) -> list[str]:
+    """The component names a schema refers to directly."""
+    if isinstance(node, dict):
+        found = [node["$ref"].removeprefix(SCHEMA_PREFIX)] if isinstance(node.get("$ref"), str) else []
+        return found + [name for value in node.values() for name in _references(value)]
+    if isinstance(node, list):
+        return [name for value in node for name in _references(value)]
+    return []
+
+
+def components(served: list[Resource]) -> dict[str, dict[str, Any]]:
+    """The schemas of ``served`` kinds, each marked with its group-version-kinds, and all they refer to."""
+    names, every = _schemas()
+    wanted: dict[str, dict[str, Any]] = {}
+    pending = []
+    for resource in served:
+        name = names[resource.model]
+        schema = wanted.setdefault(name, {**every[name], "x-kubernetes-group-version-kind": []})
+        schema["x-kubernetes-group-version-kind"].append(
+            {"group": resource.group, "kind": resource.kind, "version": resource.version})
+        pending.append(name)
+    while pending:
+        for name in _references(every[pending.pop()]):
+            if name not in wanted:
+                wanted[name] = every[name]
+                pending.append(name)
+    return dict(sorted(wanted.items()))
+
+
+@functools.cache
 def document(group: str, version: str) -> dict[str, Any] | None:
     """The OpenAPI v3 document of one group version, or None if it is not served."""
     served = [r for r in RESOURCES if (r.group, r.version) == (group, version)]
@@ -64,10 +166,11 @@ def document(group: str, version: str) -> dict[str, Any] | None:
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": GIT_VERSION},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": components(served)},
     }
 
 
+@functools.cache
 def root() -> dict[str, Any]:
     """``/openapi/v3``: where each group version's document is, with a content hash as upstream serves it."""
     paths = {}

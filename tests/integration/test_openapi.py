@@ -1,0 +1,60 @@
+"""What upstream kubectl reads from the apiserver's schemas and defaults: ``kubectl explain`` walks the
+OpenAPI v3 documents generated from the resource table, and ``kubectl debug`` relies on a pod's defaulted
+spec (it dereferences ``securityContext``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemons.api.resources import RESOURCES
+from tests.integration.test_upstream_kubectl import (  # noqa: F401 (fixtures)
+    Kubectl,
+    kubectl,
+    kubectl_binary,
+    pod_manifest,
+    write_manifest,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_kind_has_a_schema_in_its_group_versions_document(api):
+    """The v3 index points at one document per group version, and each carries its kinds' schemas."""
+    index = api.request("GET", "/openapi/v3")["paths"]
+    for resource in RESOURCES:
+        path = resource.api_prefix.lstrip("/")
+        document = api.request("GET", index[path]["serverRelativeURL"])
+        schemas = document["components"]["schemas"]
+        gvk = {"group": resource.group, "version": resource.version, "kind": resource.kind}
+        marked = [name for name, schema in schemas.items() if gvk in schema.get("x-kubernetes-group-version-kind", [])]
+        assert len(marked) == 1, f"{resource.kind}: {marked}"
+        schema = schemas[marked[0]]
+        assert {"apiVersion", "kind", "metadata"} <= set(schema["properties"]), resource.kind
+        assert schema["properties"]["metadata"] == {"$ref": "#/components/schemas/ObjectMeta"}
+        assert "ObjectMeta" in schemas
+
+
+@pytest.mark.parametrize(("field", "expected"), [
+    ("pod.spec.containers", ("image", "imagePullPolicy", "livenessProbe", "ports", "resources")),
+    ("deployment.spec.strategy", ("rollingUpdate", "type")),
+])
+def test_explain_prints_a_fields_fields(kubectl: Kubectl, field: str, expected: tuple[str, ...]):  # noqa: F811
+    output = kubectl("explain", field)
+    fields = {line.split()[0] for line in output.splitlines() if line.startswith("  ") and line.split()}
+    assert set(expected) <= fields, output
+
+
+def test_explain_recursive_prints_nested_fields(kubectl: Kubectl):  # noqa: F811
+    output = kubectl("explain", "service", "--recursive")
+    assert "KIND:" in output and "Service" in output, output
+    words = set(output.split())
+    assert {"metadata", "labels", "spec", "ports", "targetPort", "selector", "clusterIP", "sessionAffinity"} <= words, \
+        output
+
+
+def test_kubectl_debug_gets_past_the_pods_security_context(kubectl: Kubectl, tmp_path):  # noqa: F811
+    """kubectl debug copies from the pod's securityContext, which the apiserver's defaults always fill."""
+    kubectl("create", "-f", str(write_manifest(tmp_path / "pod.yaml", pod_manifest("target"))))
+    result = kubectl.run("debug", "target", "--image=busybox", "--attach=false")
+    output = result.stdout + result.stderr
+    assert "panic" not in output and "nil pointer" not in output, output

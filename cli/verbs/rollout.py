@@ -1,8 +1,10 @@
-"""``kubectl rollout``: watch, list, undo, restart, pause and resume a Deployment's rollouts.
+"""``kubectl rollout``: watch, list, undo and restart the rollouts of Deployments and DaemonSets; pause and
+resume a Deployment's.
 
-The history is the Deployment's ReplicaSets: each carries the revision annotation the
-deployment controller gave it, and its template is what undo copies back. The
-messages are upstream kubectl's, so scripts that read them keep working.
+A Deployment's history is its ReplicaSets: each carries the revision annotation the
+deployment controller gave it, and its template is what undo copies back. A DaemonSet's
+history is the list of templates its controller records in an annotation (ControllerRevisions
+are not served). The messages are upstream kubectl's, so scripts that read them keep working.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import typer
 import yaml
 
 from cli.session import CLIError, Session, object_ref, type_and_names
+from daemons.api.kinds.daemonset import recorded_history
 from daemons.api.resources import Resource, require
 from daemons.api.times import rfc3339
 
 Obj = dict[str, Any]
 
 DEPLOYMENTS = require("apps/v1", "Deployment")
+DAEMONSETS = require("apps/v1", "DaemonSet")
 REPLICASETS = require("apps/v1", "ReplicaSet")
 HASH_LABEL = "pod-template-hash"
 REVISION = "deployment.kubernetes.io/revision"
@@ -34,7 +38,7 @@ KEPT_ON_UNDO = ("kubectl.kubernetes.io/last-applied-configuration", REVISION,
                 "deployment.kubernetes.io/max-replicas", "deprecated.deployment.rollback.to")
 POLL_SECONDS = 1.0
 
-app = typer.Typer(name="rollout", help="Manage the rollout of a deployment.", no_args_is_help=True,
+app = typer.Typer(name="rollout", help="Manage the rollout of a deployment or daemon set.", no_args_is_help=True,
                   rich_markup_mode=None)
 
 
@@ -68,6 +72,27 @@ def status_message(deployment: Obj) -> tuple[str, bool]:
     return f'deployment "{name}" successfully rolled out', True
 
 
+def daemonset_status_message(ds: Obj) -> tuple[str, bool]:
+    """What ``rollout status`` says about a DaemonSet, as upstream's DaemonSetStatusViewer; only a RollingUpdate
+    has a rollout to watch."""
+    name = ds["metadata"]["name"]
+    strategy = ((ds.get("spec") or {}).get("updateStrategy") or {}).get("type") or "RollingUpdate"
+    if strategy != "RollingUpdate":
+        raise CLIError("rollout status is only available for RollingUpdate strategy type")
+    status = ds.get("status") or {}
+    if int(ds["metadata"].get("generation") or 0) > int(status.get("observedGeneration") or 0):
+        return "Waiting for daemon set spec update to be observed...", False
+    desired, updated = int(status.get("desiredNumberScheduled") or 0), int(status.get("updatedNumberScheduled") or 0)
+    available = int(status.get("numberAvailable") or 0)
+    if updated < desired:
+        return (f'Waiting for daemon set "{name}" rollout to finish: {updated} out of {desired} new pods have been '
+                "updated..."), False
+    if available < desired:
+        return (f'Waiting for daemon set "{name}" rollout to finish: {available} of {desired} updated pods are '
+                "available..."), False
+    return f'daemon set "{name}" successfully rolled out', True
+
+
 def parse_duration(text: str) -> float:
     """A Go duration such as ``90s``, ``5m`` or ``1h30m`` in seconds; ``0`` means no limit."""
     text = text.strip()
@@ -93,6 +118,17 @@ def history(deployment: Obj, rses: list[Obj]) -> dict[int, Obj]:
     return {revision_of(rs): rs for rs in owned if revision_of(rs) > 0}
 
 
+def daemonset_history(ds: Obj) -> dict[int, Obj]:
+    """The DaemonSet's recorded templates by revision, each as a ``{"metadata", "spec": {"template"}}`` the way
+    a ReplicaSet carries its own, so history, undo and their messages treat both kinds alike."""
+    revisions: dict[int, Obj] = {}
+    for entry in recorded_history(ds):
+        annotations = {CHANGE_CAUSE: entry["changeCause"]} if entry.get("changeCause") else {}
+        revisions[entry["revision"]] = {"metadata": {"annotations": annotations},
+                                        "spec": {"template": entry.get("template") or {}}}
+    return revisions
+
+
 def history_table(revisions: dict[int, Obj]) -> list[str]:
     """``REVISION  CHANGE-CAUSE`` lines, oldest first."""
     rows = [("REVISION", "CHANGE-CAUSE")]
@@ -112,10 +148,10 @@ def pod_template(rs: Obj) -> Obj:
     return template
 
 
-def pick_revision(name: str, revisions: dict[int, Obj], to_revision: int) -> tuple[int, Obj]:
+def pick_revision(name: str, revisions: dict[int, Obj], to_revision: int, kind: str = "deployment") -> tuple[int, Obj]:
     """The revision undo goes back to: the one asked for, or (0) the one before the latest."""
     if not revisions:
-        raise CLIError(f'no rollout history found for deployment "{name}"')
+        raise CLIError(f'no rollout history found for {kind} "{name}"')
     if to_revision == 0:
         if len(revisions) < 2:
             raise CLIError("no last revision to roll back to")
@@ -138,6 +174,12 @@ def undo_patch(deployment: Obj, rs: Obj) -> list[Obj]:
             {"op": "add", "path": "/metadata/annotations", "value": annotations}]
 
 
+def daemonset_undo_patch(ds: Obj, template: Obj) -> list[Obj]:
+    """The JSON patch that puts a recorded template back into the DaemonSet, unless it changed since read."""
+    return [{"op": "test", "path": "/metadata/resourceVersion", "value": ds["metadata"]["resourceVersion"]},
+            {"op": "replace", "path": "/spec/template", "value": template}]
+
+
 def restart_patch(now: datetime) -> Obj:
     return {"spec": {"template": {"metadata": {"annotations": {
         RESTARTED_AT: rfc3339(now)}}}}}
@@ -146,23 +188,36 @@ def restart_patch(now: datetime) -> Obj:
 # --- verbs --------------------------------------------------------------------------------------------
 
 
-def deployment_names(args: list[str]) -> list[str]:
-    """The Deployments named as ``deployment/web`` or ``deployment web``; other kinds have no rollouts here."""
-    names: list[str] = []
+def targets(args: list[str], kinds: tuple[Resource, ...] = (DEPLOYMENTS, DAEMONSETS)) -> list[tuple[Resource, str]]:
+    """The objects named as ``deployment/web``, ``ds/agent`` or ``deployment web``; other kinds have no
+    rollouts here."""
+    found: list[tuple[Resource, str]] = []
     for row, listed in type_and_names(args):
-        if row is not DEPLOYMENTS:
-            raise CLIError(f'no rollout support for {row.plural}: only deployments roll out')
+        if row not in kinds:
+            allowed = " and ".join(kind.plural for kind in kinds)
+            raise CLIError(f"no rollout support for {row.plural}: only {allowed} roll out")
         if not listed:
             raise CLIError("required resource not specified")
-        names += listed
-    return names
+        found += [(row, name) for name in listed]
+    return found
+
+
+def deployment_names(args: list[str]) -> list[str]:
+    """The Deployments named: pausing and resuming are theirs alone."""
+    return [name for _row, name in targets(args, (DEPLOYMENTS,))]
 
 
 def _get(session: Session, resource: Resource, name: str) -> Obj:
     return session.client.get(resource, name, session.namespace)
 
 
-Args = Annotated[list[str], typer.Argument(help="deployment/NAME or deployment NAME")]
+def _revisions(session: Session, row: Resource, obj: Obj) -> dict[int, Obj]:
+    if row is DAEMONSETS:
+        return daemonset_history(obj)
+    return history(obj, session.client.list(REPLICASETS, session.namespace).get("items") or [])
+
+
+Args = Annotated[list[str], typer.Argument(help="deployment/NAME, daemonset/NAME, or TYPE NAME")]
 
 
 @app.command("status")
@@ -175,11 +230,12 @@ def status(
     """Show the status of the rollout, waiting until it finishes."""
     session: Session = ctx.obj
     limit = parse_duration(timeout)
-    for name in deployment_names(args):
+    for row, name in targets(args):
+        viewer = status_message if row is DEPLOYMENTS else daemonset_status_message
         deadline = time.monotonic() + limit if limit else None
         said = None
         while True:
-            message, done = status_message(_get(session, DEPLOYMENTS, name))
+            message, done = viewer(_get(session, row, name))
             if message != said:
                 print(message, flush=True)
                 said = message
@@ -196,20 +252,19 @@ def history_command(
     args: Args,
     revision: Annotated[int, typer.Option("--revision", min=0, help="Show the details of this revision.")] = 0,
 ) -> None:
-    """List the revisions of a deployment, or show one."""
+    """List the revisions of a deployment or daemon set, or show one."""
     session: Session = ctx.obj
-    for name in deployment_names(args):
-        deployment = _get(session, DEPLOYMENTS, name)
-        revisions = history(deployment, session.client.list(REPLICASETS, session.namespace).get("items") or [])
+    for row, name in targets(args):
+        revisions = _revisions(session, row, _get(session, row, name))
         if revision:
             if revision not in revisions:
                 raise CLIError(f"unable to find the specified revision {revision}")
-            print(f"{object_ref(DEPLOYMENTS, name)} with revision #{revision}")
+            print(f"{object_ref(row, name)} with revision #{revision}")
             print("Pod Template:")
             text = yaml.safe_dump(pod_template(revisions[revision]), sort_keys=False, default_flow_style=False)
             sys.stdout.write("".join(f"  {line}\n" for line in text.splitlines()))
             continue
-        print(object_ref(DEPLOYMENTS, name))
+        print(object_ref(row, name))
         print("\n".join(history_table(revisions)))
         print()
 
@@ -221,33 +276,31 @@ def undo(
     to_revision: Annotated[int, typer.Option("--to-revision", min=0,
                                              help="The revision to go back to; 0 is the previous one.")] = 0,
 ) -> None:
-    """Roll back to a previous revision: its pod template goes back into the deployment."""
+    """Roll back to a previous revision: its pod template goes back into the deployment or daemon set."""
     session: Session = ctx.obj
-    for name in deployment_names(args):
-        deployment = _get(session, DEPLOYMENTS, name)
-        if (deployment.get("spec") or {}).get("paused"):
+    for row, name in targets(args):
+        obj = _get(session, row, name)
+        if (obj.get("spec") or {}).get("paused"):
             raise CLIError(f"you cannot rollback a paused deployment; resume it first with 'kubectl rollout resume "
                            f"deployment/{name}' and try again")
-        revisions = history(deployment, session.client.list(REPLICASETS, session.namespace).get("items") or [])
-        number, rs = pick_revision(name, revisions, to_revision)
-        if pod_template(rs) == pod_template({"spec": deployment.get("spec")}):
-            print(f"{object_ref(DEPLOYMENTS, name)} skipped rollback (current template already matches revision "
-                  f"{number})")
+        number, recorded = pick_revision(name, _revisions(session, row, obj), to_revision, row.singular)
+        if pod_template(recorded) == pod_template({"spec": obj.get("spec")}):
+            print(f"{object_ref(row, name)} skipped rollback (current template already matches revision {number})")
             continue
-        session.client.patch(DEPLOYMENTS, name, undo_patch(deployment, rs), session.namespace, patch_type="json")
-        print(f"{object_ref(DEPLOYMENTS, name)} rolled back")
+        patch = undo_patch(obj, recorded) if row is DEPLOYMENTS else daemonset_undo_patch(obj, pod_template(recorded))
+        session.client.patch(row, name, patch, session.namespace, patch_type="json")
+        print(f"{object_ref(row, name)} rolled back")
 
 
 @app.command("restart")
 def restart(ctx: typer.Context, args: Args) -> None:
-    """Restart every pod of the deployment through a new rollout."""
+    """Restart every pod of the deployment or daemon set through a new rollout."""
     session: Session = ctx.obj
-    for name in deployment_names(args):
-        if (_get(session, DEPLOYMENTS, name).get("spec") or {}).get("paused"):
-            raise CLIError(f"{object_ref(DEPLOYMENTS, name)}: can't restart paused deployment (run rollout resume "
-                           "first)")
-        session.client.patch(DEPLOYMENTS, name, restart_patch(datetime.now(UTC)), session.namespace)
-        print(f"{object_ref(DEPLOYMENTS, name)} restarted")
+    for row, name in targets(args):
+        if (_get(session, row, name).get("spec") or {}).get("paused"):
+            raise CLIError(f"{object_ref(row, name)}: can't restart paused deployment (run rollout resume first)")
+        session.client.patch(row, name, restart_patch(datetime.now(UTC)), session.namespace)
+        print(f"{object_ref(row, name)} restarted")
 
 
 def _set_paused(ctx: typer.Context, args: list[str], paused: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -11,15 +12,21 @@ from cli.verbs.rollout import (
     CHANGE_CAUSE,
     HASH_LABEL,
     REVISION,
+    daemonset_history,
+    daemonset_status_message,
+    daemonset_undo_patch,
     deployment_names,
     history,
     history_table,
     parse_duration,
     pick_revision,
+    pod_template,
     restart_patch,
     status_message,
+    targets,
     undo_patch,
 )
+from daemons.api.kinds.daemonset import HISTORY_ANNOTATION
 
 pytestmark = pytest.mark.unit
 
@@ -110,3 +117,55 @@ def test_durations_and_names():
     assert deployment_names(["deployments", "web"]) == ["web"]
     with pytest.raises(CLIError, match="only deployments roll out"):
         deployment_names(["rs/web"])
+
+
+# --- daemon sets --------------------------------------------------------------------------------------
+
+
+def daemon_set(generation=2, observed=2, desired=3, updated=3, available=3, strategy="RollingUpdate", history=()):
+    return {"metadata": {"name": "agent", "generation": generation, "resourceVersion": "9",
+                         "annotations": {HISTORY_ANNOTATION: json.dumps(list(history))}},
+            "spec": {"updateStrategy": {"type": strategy},
+                     "template": {"metadata": {"labels": {"app": "agent"}},
+                                  "spec": {"containers": [{"name": "agent", "image": "agent:2"}]}}},
+            "status": {"observedGeneration": observed, "desiredNumberScheduled": desired,
+                       "updatedNumberScheduled": updated, "numberAvailable": available}}
+
+
+@pytest.mark.parametrize(("ds", "message", "done"), [
+    (daemon_set(generation=3), "Waiting for daemon set spec update to be observed...", False),
+    (daemon_set(updated=1), 'Waiting for daemon set "agent" rollout to finish: 1 out of 3 new pods have been '
+     "updated...", False),
+    (daemon_set(available=2), 'Waiting for daemon set "agent" rollout to finish: 2 of 3 updated pods are '
+     "available...", False),
+    (daemon_set(), 'daemon set "agent" successfully rolled out', True),
+])
+def test_daemon_set_status_messages_are_upstreams(ds, message, done):
+    assert daemonset_status_message(ds) == (message, done)
+
+
+def test_daemon_set_on_delete_has_no_rollout_to_watch():
+    with pytest.raises(CLIError, match="only available for RollingUpdate strategy type"):
+        daemonset_status_message(daemon_set(strategy="OnDelete"))
+
+
+def test_daemon_set_history_undo_from_the_recorded_templates():
+    old = {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "agent", "image": "agent:1"}]}}
+    ds = daemon_set(history=[{"revision": 1, "hash": "a", "template": old, "changeCause": "first"},
+                             {"revision": 2, "hash": "b", "template": daemon_set()["spec"]["template"]}])
+    revisions = daemonset_history(ds)
+    assert history_table(revisions) == ["REVISION  CHANGE-CAUSE", "1         first", "2         <none>"]
+    number, recorded = pick_revision("agent", revisions, 0, "daemonset")
+    assert number == 1
+    assert daemonset_undo_patch(ds, pod_template(recorded)) == [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "9"},
+        {"op": "replace", "path": "/spec/template", "value": old}]
+    with pytest.raises(CLIError, match='no rollout history found for daemonset "agent"'):
+        pick_revision("agent", daemonset_history(daemon_set()), 0, "daemonset")
+
+
+def test_targets_take_deployments_and_daemon_sets():
+    assert [(row.kind, name) for row, name in targets(["ds/agent", "deployment/web"])] == [
+        ("DaemonSet", "agent"), ("Deployment", "web")]
+    with pytest.raises(CLIError, match="only deployments roll out"):
+        deployment_names(["ds/agent"])

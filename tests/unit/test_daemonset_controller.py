@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -263,7 +264,6 @@ def test_status_patch_only_on_change():
 
 
 def with_history(ds: dict, history: list[dict]) -> dict:
-    import json
     ds["metadata"]["annotations"] = {HISTORY_ANNOTATION: json.dumps(history)}
     return ds
 

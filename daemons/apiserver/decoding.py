@@ -232,6 +232,8 @@ def decode_yaml(text: str) -> Any:
     try:
         return _plain(loader.get_single_data(), 1)
     except yaml.YAMLError as error:
+        if "maximum nesting depth" in str(error):  # libyaml's own bound (1,000), met before ours on flow style
+            raise _depth_error() from None
         raise errors.BadRequest(f"the request body is not valid YAML: {error}") from None
     except RecursionError:
         raise _depth_error() from None

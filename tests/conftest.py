@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -39,7 +40,7 @@ import yaml
 from daemons.api import kubeconfig
 from daemons.api.client import ApiClient
 from daemons.api.errors import NotFound
-from daemons.api.resources import by_kind, require
+from daemons.api.resources import RESOURCES, by_kind, require
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TESTS_ROOT = Path(__file__).resolve().parent
@@ -730,6 +731,99 @@ def upstream_kubectls() -> dict[str, Path]:
     return found
 
 
+# --- upstream kubectl and the official Python client ------------------------------------------------
+
+KUBECTLS = upstream_kubectls()
+
+
+@dataclass
+class Kubectl:
+    """One upstream kubectl binary bound to the test apiserver, a namespace and its own discovery cache."""
+
+    binary: Path
+    kubeconfig: Path
+    namespace: str
+    cache_dir: Path
+
+    def argv(self, *args: str) -> list[str]:
+        return [str(self.binary), "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache_dir),
+                "-n", self.namespace, *args]
+
+    def env(self) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("KUBE")}
+        env["HOME"] = str(self.cache_dir.parent)  # nothing from the user's ~/.kube leaks in
+        return env
+
+    def run(self, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(*args), input=stdin, capture_output=True, text=True, timeout=timeout,
+                              env=self.env(), check=False)
+
+    def __call__(self, *args: str, stdin: str | None = None) -> str:
+        """Run kubectl, require exit status 0 and return its stdout."""
+        result = self.run(*args, stdin=stdin)
+        assert result.returncode == 0, (
+            f"kubectl {' '.join(args)} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        )
+        return result.stdout
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=self.env(), stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module", params=sorted(KUBECTLS) or ["none"], ids=lambda version: f"kubectl-{version}")
+def kubectl_binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if request.param not in KUBECTLS:
+        pytest.fail("no upstream kubectl found: run scripts/test.sh, which installs one into .tools/kubectl")
+    binary = KUBECTLS[request.param]
+    home = tmp_path_factory.mktemp(f"kubectl-{request.param}")
+    return binary, home / "cache"
+
+
+@pytest.fixture
+def kubectl(kubectl_binary: tuple[Path, Path], apiserver: ApiServerProcess, namespace: str) -> Kubectl:
+    binary, cache_dir = kubectl_binary
+    return Kubectl(binary, apiserver.kubeconfig, namespace, cache_dir)
+
+
+def parse_table(text: str) -> tuple[list[str], list[dict[str, str]]]:
+    """Split kubectl's aligned table by the header's column offsets (names may hold single spaces)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines, f"no table in output: {text!r}"
+    header = lines[0]
+    columns = [(match.group(), match.start()) for match in re.finditer(r"\S+(?: \S+)*", header)]
+    names = [name for name, _start in columns]
+    rows = []
+    for line in lines[1:]:
+        row = {}
+        for index, (name, start) in enumerate(columns):
+            end = columns[index + 1][1] if index + 1 < len(columns) else None
+            row[name] = line[start:end].strip()
+        rows.append(row)
+    return names, rows
+
+
+@pytest.fixture
+def k8s(apiserver: ApiServerProcess) -> Iterator[Any]:
+    """The official ``kubernetes`` client, configured from the test apiserver's kubeconfig."""
+    import kubernetes  # here: importing it costs every other test a second
+
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(apiserver.kubeconfig), client_configuration=configuration)
+    client = kubernetes.client.ApiClient(configuration)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def core(k8s: Any) -> Any:
+    import kubernetes
+
+    return kubernetes.client.CoreV1Api(k8s)
+
+
 # --- fixtures ---------------------------------------------------------------------------------------
 
 
@@ -796,6 +890,22 @@ def api(apiserver: ApiServerProcess) -> Iterator[ApiClient]:
         yield client
     finally:
         client.close()
+
+
+def delete_namespace(api: ApiClient, name: str) -> None:
+    """Delete a namespace and finish what the namespace controller would: empty it, then finalize it.
+
+    For tests against an apiserver without a controller-manager that need the namespace gone.
+    """
+    namespaces = require("v1", "Namespace")
+    marked = api.delete(namespaces, name)
+    for resource in RESOURCES:
+        if resource.namespaced:
+            for item in api.list(resource, name).get("items") or []:
+                with contextlib.suppress(NotFound):
+                    api.delete(resource, item["metadata"]["name"], name, grace_period_seconds=0)
+    with contextlib.suppress(NotFound):
+        api.replace(namespaces, {**marked, "spec": {"finalizers": []}}, subresource="finalize")
 
 
 @pytest.fixture

@@ -289,7 +289,7 @@ def test_pod_spec_is_immutable_but_image(api, namespace):
     assert raised.value.causes[0]["field"] == "spec"
 
 
-def test_cluster_scoped_objects_and_deleting_a_namespace_deletes_its_contents(api, namespace):
+def test_cluster_scoped_objects_and_a_namespace_is_held_until_finalized(api, namespace):
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-1.example.com"},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     created = api.create(NODES, node)
@@ -298,11 +298,17 @@ def test_cluster_scoped_objects_and_deleting_a_namespace_deletes_its_contents(ap
     api.delete(NODES, "worker-1.example.com")
     api.create(PODS, pod("inside"), namespace)
     namespaces = resolve("namespaces")
+    assert api.get(namespaces, namespace)["spec"]["finalizers"] == ["kubernetes"]
     start = api.get(namespaces, namespace)["metadata"]["resourceVersion"]
-    api.delete(namespaces, namespace)
+    marked = api.delete(namespaces, namespace)
+    assert marked["status"]["phase"] == "Terminating" and marked["metadata"]["deletionTimestamp"]
+    with pytest.raises(errors.Forbidden):
+        api.create(PODS, pod("late"), namespace)
+    assert api.get(PODS, "inside", namespace)  # emptying it is the namespace controller's work
+    api.delete(PODS, "inside", namespace)
+    api.replace(namespaces, {**marked, "spec": {"finalizers": []}}, subresource="finalize")
     with pytest.raises(errors.NotFound):
-        api.get(PODS, "inside", namespace)
-    # Marked Terminating (creates are refused from then on) before anything in it is deleted, then removed.
+        api.get(namespaces, namespace)
     events = [(event["type"], (event["object"].get("status") or {}).get("phase"))
               for event in api.watch(namespaces, resource_version=start, field_selector=f"metadata.name={namespace}",
                                      timeout_seconds=1)]

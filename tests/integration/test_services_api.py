@@ -14,7 +14,7 @@ import pytest
 
 from daemons.api import errors
 from daemons.api.resources import resolve
-from tests.conftest import upstream_kubectls
+from tests.conftest import delete_namespace, upstream_kubectls
 
 pytestmark = pytest.mark.integration
 
@@ -230,7 +230,7 @@ def test_deleting_the_namespace_releases_its_services_values(api, namespace):
         api.create(SERVICES, node_port_service("web", 30041), doomed)
         api.patch(SERVICES, "web", {"spec": {"selector": {"app": "other"}}}, doomed)
         api.create(SERVICES, service("db", clusterIP="10.96.0.204"), doomed)
-        api.delete(NAMESPACES, doomed)
+        delete_namespace(api, doomed)
 
     assert api.create(SERVICES, service("db", clusterIP="10.96.0.204"), namespace)["spec"]["clusterIP"] == "10.96.0.204"
     assert api.create(SERVICES, node_port_service("web", 30041), namespace)["spec"]["ports"][0]["nodePort"] == 30041

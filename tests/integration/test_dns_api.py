@@ -17,13 +17,8 @@ import yaml
 
 from daemons.api import errors
 from daemons.api.resources import require
-from tests.integration.test_upstream_kubectl import (  # noqa: F401  (kubectl_binary is a fixture)
-    Kubectl,
-    _read_lines,
-    _wait_for_line,
-    kubectl_binary,
-    parse_table,
-)
+from tests.conftest import Kubectl, parse_table
+from tests.integration.test_upstream_kubectl import _read_lines, _wait_for_line
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +73,7 @@ def ours(apiserver, namespace):
 
 
 @pytest.fixture
-def upstream(kubectl_binary, apiserver, namespace) -> Kubectl:  # noqa: F811  (the fixture imported above)
+def upstream(kubectl_binary, apiserver, namespace) -> Kubectl:
     binary, cache_dir = kubectl_binary
     return Kubectl(binary, apiserver.kubeconfig, namespace, cache_dir)
 

@@ -11,22 +11,6 @@ from kubernetes.client.rest import ApiException
 
 
 @pytest.fixture
-def k8s(apiserver):
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=str(apiserver.kubeconfig), client_configuration=configuration)
-    client = kubernetes.client.ApiClient(configuration)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-@pytest.fixture
-def core(k8s):
-    return kubernetes.client.CoreV1Api(k8s)
-
-
-@pytest.fixture
 def apps(k8s):
     return kubernetes.client.AppsV1Api(k8s)
 

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import re
-import subprocess
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,65 +20,13 @@ import yaml
 
 from daemons.api.errors import NotFound
 from daemons.api.resources import by_kind
-from tests.conftest import upstream_kubectls
-
-KUBECTLS = upstream_kubectls()
+from tests.conftest import parse_table
 
 PODS = by_kind("v1", "Pod")
 DEPLOYMENTS = by_kind("apps/v1", "Deployment")
 LEASES = by_kind("coordination.k8s.io/v1", "Lease")
 SERVICES = by_kind("v1", "Service")
 NAMESPACES = by_kind("v1", "Namespace")
-
-
-@dataclass
-class Kubectl:
-    """One upstream kubectl binary bound to the test apiserver, a namespace and its own discovery cache."""
-
-    binary: Path
-    kubeconfig: Path
-    namespace: str
-    cache_dir: Path
-
-    def argv(self, *args: str) -> list[str]:
-        return [str(self.binary), "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache_dir),
-                "-n", self.namespace, *args]
-
-    def env(self) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("KUBE")}
-        env["HOME"] = str(self.cache_dir.parent)  # nothing from the user's ~/.kube leaks in
-        return env
-
-    def run(self, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(*args), input=stdin, capture_output=True, text=True, timeout=timeout,
-                              env=self.env(), check=False)
-
-    def __call__(self, *args: str, stdin: str | None = None) -> str:
-        """Run kubectl, require exit status 0 and return its stdout."""
-        result = self.run(*args, stdin=stdin)
-        assert result.returncode == 0, (
-            f"kubectl {' '.join(args)} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-        )
-        return result.stdout
-
-    def popen(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=self.env(), stdin=subprocess.DEVNULL)
-
-
-@pytest.fixture(scope="module", params=sorted(KUBECTLS) or ["none"], ids=lambda version: f"kubectl-{version}")
-def kubectl_binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if request.param not in KUBECTLS:
-        pytest.fail("no upstream kubectl found: run scripts/test.sh, which installs one into .tools/kubectl")
-    binary = KUBECTLS[request.param]
-    home = tmp_path_factory.mktemp(f"kubectl-{request.param}")
-    return binary, home / "cache"
-
-
-@pytest.fixture
-def kubectl(kubectl_binary: tuple[Path, Path], apiserver, namespace) -> Kubectl:
-    binary, cache_dir = kubectl_binary
-    return Kubectl(binary, apiserver.kubeconfig, namespace, cache_dir)
 
 
 # --- manifests and helpers --------------------------------------------------------------------------
@@ -121,23 +66,6 @@ def deployment_manifest(name: str, image: str = "nginx:1.25", replicas: int = 1)
 def write_manifest(path: Path, *documents: dict) -> Path:
     path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
     return path
-
-
-def parse_table(text: str) -> tuple[list[str], list[dict[str, str]]]:
-    """Split kubectl's aligned table by the header's column offsets (names may hold single spaces)."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    assert lines, f"no table in output: {text!r}"
-    header = lines[0]
-    columns = [(match.group(), match.start()) for match in re.finditer(r"\S+(?: \S+)*", header)]
-    names = [name for name, _start in columns]
-    rows = []
-    for line in lines[1:]:
-        row = {}
-        for index, (name, start) in enumerate(columns):
-            end = columns[index + 1][1] if index + 1 < len(columns) else None
-            row[name] = line[start:end].strip()
-        rows.append(row)
-    return names, rows
 
 
 def names_in(table_text: str) -> set[str]:

@@ -295,7 +295,9 @@ def test_upstream_kubectl_shows_cluster_ip_and_ports(version, api, apiserver, na
     kubectls = upstream_kubectls()
     if version not in kubectls:
         pytest.fail("no upstream kubectl found: run scripts/test.sh, which installs one into .tools/kubectl")
-    created = api.create(SERVICES, node_port_service("web", 30051), namespace)
+    # An allocated port: each kubectl version's namespace keeps its Service until a namespace controller runs.
+    created = api.create(SERVICES, node_port_service("web", None), namespace)
+    node_port = created["spec"]["ports"][0]["nodePort"]
 
     def kubectl(*args):
         result = subprocess.run([str(kubectls[version]), "--kubeconfig", str(apiserver.kubeconfig), "--cache-dir",
@@ -306,7 +308,7 @@ def test_upstream_kubectl_shows_cluster_ip_and_ports(version, api, apiserver, na
 
     header, row = kubectl("get", "svc", "-n", namespace, "-o", "wide")
     assert header == ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE", "SELECTOR"]
-    assert row[:5] == ["web", "NodePort", created["spec"]["clusterIP"], "<none>", "80:30051/TCP"]
+    assert row[:5] == ["web", "NodePort", created["spec"]["clusterIP"], "<none>", f"80:{node_port}/TCP"]
     assert row[6] == "app=web"
     header, row = kubectl("get", "svc", "kubernetes", "-n", "default")
     assert header[:5] == ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)"]

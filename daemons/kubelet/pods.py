@@ -22,7 +22,7 @@ from typing import Any
 
 from daemons.api.client import ApiClient
 from daemons.api.errors import APIError, ConnectionFailed, NotFound
-from daemons.api.resources import Resource, by_kind, require
+from daemons.api.resources import by_kind, require, resolve
 from daemons.kubelet import configfiles
 from daemons.kubelet import spec as podspec
 from daemons.kubelet.configfiles import ConfigKind, MissingConfig
@@ -47,8 +47,7 @@ log = logging.getLogger(__name__)
 
 PODS = by_kind("v1", "Pod")
 SERVICES = require("v1", "Service")
-CONFIG_RESOURCES: dict[ConfigKind, Resource] = {"ConfigMap": require("v1", "ConfigMap"),
-                                                "Secret": require("v1", "Secret")}
+CONFIG_RESOURCES: dict[ConfigKind, str] = {"ConfigMap": "configmaps", "Secret": "secrets"}
 ORPHAN_GRACE_SECONDS = 2
 CREATE_RETRY_SECONDS = 10.0
 ORPHAN_DIR_AGE_SECONDS = 60.0
@@ -220,11 +219,13 @@ class PodSyncer:
         waiting: dict[str, Waiting] = {}
         delays: list[float] = []
         creating = any(action.kind in ("create", "restart", "replace") for action in actions.values())
-        objects = self._config_objects(pod) if creating or self._config_volumes(pod) else {}
+        refresh = self._config_volumes(pod) and sandbox is not None and sandbox.state == "running"
+        objects: configfiles.ConfigObjects = {}
         volumes: dict[str, str] = {}
         volume_error: Waiting | None = None
-        if creating or (self._config_volumes(pod) and sandbox is not None and sandbox.state == "running"):
+        if creating or refresh:
             try:
+                objects = self._config_objects(pod)
                 volumes, missing = self._prepare_volumes(pod, objects, now)
             except podspec.ConfigError as error:
                 volume_error = ("CreateContainerConfigError", str(error))
@@ -263,8 +264,11 @@ class PodSyncer:
         namespace = pod["metadata"]["namespace"]
         objects: dict[configfiles.ObjectRef, dict[str, bytes] | None] = {}
         for kind, name in sorted(configfiles.referenced_objects(pod)):
+            resource = resolve(CONFIG_RESOURCES[kind])
+            if resource is None:
+                raise podspec.ConfigError(f"this cluster does not serve {CONFIG_RESOURCES[kind]}")
             try:
-                found = self.client.get(CONFIG_RESOURCES[kind], name, namespace)
+                found = self.client.get(resource, name, namespace)
             except NotFound:
                 objects[(kind, name)] = None
                 continue
@@ -552,5 +556,5 @@ class PodSyncer:
                 continue
             if stale:
                 log.info("removing the folder of pod uid %s, which no pod or container refers to", entry.name)
-                shutil.rmtree(entry, ignore_errors=True)
+                self._remove_pod_dir(entry.name)
 

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 NAMESPACES = require("v1", "Namespace")
+# Back-off cap while objects remain: a pod's grace period (30s by default) should not cost minutes more.
+MAX_RETRY_SECONDS = 5.0
 
 
 def is_terminating(namespace: Obj | None) -> bool:
@@ -46,7 +48,7 @@ class NamespaceController:
 
     def __init__(self, context: ControllerContext) -> None:
         self.client = context.client
-        self.controller = Controller(self.name, self.sync, context.workers)
+        self.controller = Controller(self.name, self.sync, context.workers, max_delay=MAX_RETRY_SECONDS)
         self.namespaces = context.informers.informer(NAMESPACES)
         self.namespaces.add_handlers(self.controller.enqueue_object,
                                      lambda _old, new: self.controller.enqueue_object(new))

@@ -84,7 +84,8 @@ def _finished(pod: Obj) -> bool:
 
 
 def _daemonset(pod: Obj, rules: DrainRules) -> Verdict:
-    # kubectl also looks the DaemonSet up; minik8s serves no DaemonSets, so the owner reference is all there is.
+    # kubectl also looks the DaemonSet up (a pod whose DaemonSet is gone goes with --force); the owner reference
+    # alone decides here.
     controller = controller_of(pod)
     if controller is None or controller.get("kind") != "DaemonSet" or _finished(pod):
         return OKAY

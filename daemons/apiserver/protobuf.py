@@ -24,6 +24,7 @@ whose fields JSON inlines into the parent (``Probe.handler``, ``Volume.volumeSou
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 from collections.abc import Iterator
@@ -343,6 +344,26 @@ SCHEMA: dict[str, Schema] = {
                          6: ("conditions", "[]ReplicaSetCondition")},
     "ReplicaSetCondition": {1: ("type", "*string"), 2: ("status", "*string"), 3: ("lastTransitionTime", "time"),
                             4: ("reason", "string"), 5: ("message", "string")},
+    # --- core/v1 configuration, identities and replication controllers; discovery.k8s.io/v1 -------------------
+    "ConfigMap": {**_OBJECT, 4: ("immutable", "*bool"), 2: ("data", "map"), 3: ("binaryData", "bytesmap")},
+    "Secret": {**_OBJECT, 5: ("immutable", "*bool"), 2: ("data", "bytesmap"), 4: ("stringData", "map"),
+               3: ("type", "string")},
+    "ServiceAccount": {**_OBJECT, 2: ("secrets", "[]ObjectReference"),
+                       3: ("imagePullSecrets", "[]LocalObjectReference"),
+                       4: ("automountServiceAccountToken", "*bool")},
+    "ReplicationController": _object("ReplicationControllerSpec", "ReplicationControllerStatus"),
+    "ReplicationControllerSpec": {1: ("replicas", "*int"), 4: ("minReadySeconds", "int"), 2: ("selector", "map"),
+                                  3: ("template", "PodTemplateSpec")},
+    "ReplicationControllerStatus": {1: ("replicas", "int"), 2: ("fullyLabeledReplicas", "int"),
+                                    4: ("readyReplicas", "int"), 5: ("availableReplicas", "int"),
+                                    3: ("observedGeneration", "int"), 6: ("conditions", "[]ReplicaSetCondition")},
+    "EndpointSlice": {**_OBJECT, 4: ("addressType", "string"), 2: ("endpoints", "[]Endpoint"),
+                      3: ("ports", "[]EndpointSlicePort")},
+    "Endpoint": {1: ("addresses", "[]string"), 2: ("conditions", "EndpointConditions"), 3: ("hostname", "*string"),
+                 4: ("targetRef", "ObjectReference"), 6: ("nodeName", "*string"), 7: ("zone", "*string")},
+    "EndpointConditions": {1: ("ready", "*bool"), 2: ("serving", "*bool"), 3: ("terminating", "*bool")},
+    "EndpointSlicePort": {1: ("name", "*string"), 2: ("protocol", "*string"), 3: ("port", "*int"),
+                          4: ("appProtocol", "*string")},
     # --- autoscaling/v2 -----------------------------------------------------------------------------------------
     "HorizontalPodAutoscaler": _object("HorizontalPodAutoscalerSpec", "HorizontalPodAutoscalerStatus"),
     "HorizontalPodAutoscalerSpec": {
@@ -381,15 +402,21 @@ KINDS: dict[tuple[str, str], str] = {
     ("v1", "Event"): "Event",
     ("v1", "Binding"): "Binding",
     ("apps/v1", "ReplicaSet"): "ReplicaSet",
+    ("v1", "ConfigMap"): "ConfigMap",
+    ("v1", "Secret"): "Secret",
+    ("v1", "ServiceAccount"): "ServiceAccount",
+    ("v1", "ReplicationController"): "ReplicationController",
+    ("discovery.k8s.io/v1", "EndpointSlice"): "EndpointSlice",
     ("apps/v1", "Deployment"): "Deployment",
     ("autoscaling/v2", "HorizontalPodAutoscaler"): "HorizontalPodAutoscaler",
     # client-go's typed DELETE sends its options in the group version of the resource it deletes.
     **{(version, "DeleteOptions"): "DeleteOptions" for version in ("v1", "apps/v1", "autoscaling/v2",
+                                                                   "discovery.k8s.io/v1",
                                                                    "meta.k8s.io/v1")},
 }
 
 SCALARS = frozenset({"string", "int", "bool", "bytes", "quantity", "intstr", "time", "microtime", "fields", "map",
-                     "quantities"})
+                     "quantities", "bytesmap"})
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 _ZERO: dict[str, Any] = {"string": "", "int": 0, "bool": False}
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -463,7 +490,7 @@ def _decode_message(data: bytes, message: str, path: str) -> dict[str, Any]:
                 items.append(_convert(field, wire, value, f"{where}[{len(items)}]"))
         elif field.inline:
             out.update(_decode_message(_expect_bytes(wire, value, where), field.base, where))
-        elif field.base in ("map", "quantities"):
+        elif field.base in ("map", "quantities", "bytesmap"):
             entry_key, entry_value = _map_entry(field.base, _expect_bytes(wire, value, where), where)
             out.setdefault(field.name, {})[entry_key] = entry_value
         else:
@@ -514,7 +541,12 @@ def _map_entry(base: str, data: bytes, where: str) -> tuple[str, Any]:
             key = _text(_expect_bytes(wire, item, where), where)
         elif number == 2:
             entry = _expect_bytes(wire, item, f"{where}[{key!r}]")
-            value = _quantity(entry, f"{where}[{key!r}]") if base == "quantities" else _text(entry, where)
+            if base == "quantities":
+                value = _quantity(entry, f"{where}[{key!r}]")
+            elif base == "bytesmap":  # map<string, bytes>: base64 in JSON
+                value = base64.b64encode(entry).decode()
+            else:
+                value = _text(entry, where)
     return key, value
 
 

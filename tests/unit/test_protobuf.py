@@ -340,9 +340,44 @@ def test_malformed_bodies_raise_protobuf_error(data, message):
         decode_object(data)
 
 
+def without_metadata(obj: dict) -> dict:
+    return {key: value for key, value in obj.items() if key != "metadata"}
+
+
+def test_configmap_and_secret_bytes_maps_decode_to_base64():
+    configmap = empty_meta(name="app") + entries(2, {"a": "1"}) + msg(3, text(1, "blob"), raw(2, b"\xff\x00")) \
+        + num(4, 1)
+    assert without_metadata(decode_object(body("v1", "ConfigMap", configmap))) == {
+        "apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1"},
+        "binaryData": {"blob": "/wA="}, "immutable": True}
+    secret = empty_meta(name="creds") + msg(2, text(1, "user"), raw(2, b"me")) + text(3, "Opaque")
+    assert without_metadata(decode_object(body("v1", "Secret", secret))) == {
+        "apiVersion": "v1", "kind": "Secret", "data": {"user": "bWU="},
+        "type": "Opaque"}
+
+
+def test_replication_controller_and_endpoint_slice():
+    template = msg(3, empty_meta(msg(11, text(1, "app"), text(2, "web"))), msg(2, msg(2, text(1, "c"),
+                                                                                    text(2, "nginx"))))
+    rc = empty_meta(name="web") + msg(2, num(1, 2), entries(2, {"app": "web"}), template, num(4, 0))
+    decoded = decode_object(body("v1", "ReplicationController", rc))
+    assert decoded["spec"]["replicas"] == 2
+    assert decoded["spec"]["selector"] == {"app": "web"}
+    assert decoded["spec"]["template"]["metadata"]["labels"] == {"app": "web"}
+    endpoint = msg(2, text(1, "10.0.0.1"), msg(2, num(1, 1), num(2, 1), num(3, 0)), text(6, "n1"))
+    slice_ = empty_meta(name="web-abc") + endpoint + msg(3, text(1, ""), text(2, "TCP"), num(3, 80)) \
+        + text(4, "IPv4")
+    assert without_metadata(decode_object(body("discovery.k8s.io/v1", "EndpointSlice", slice_))) == {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": True, "serving": True,
+                                                                  "terminating": False}, "nodeName": "n1"}],
+        "ports": [{"name": "", "protocol": "TCP", "port": 80}]}
+
+
 def test_kind_outside_the_table_is_unsupported():
-    with pytest.raises(UnsupportedKind, match="ConfigMap"):
-        decode_object(body("v1", "ConfigMap", empty_meta(name="cm")))
+    with pytest.raises(UnsupportedKind, match="LimitRange"):
+        decode_object(body("v1", "LimitRange", empty_meta(name="limits")))
 
 
 def test_schema_references_resolve():
@@ -363,8 +398,8 @@ def test_schema_references_resolve():
 def test_parse_body_decodes_protobuf_and_maps_errors():
     assert parse_body(KUBECTL_133_NAMESPACE, PROTOBUF)["metadata"]["name"] == "pbtest"
 
-    with pytest.raises(errors.UnsupportedMediaType, match="ConfigMap"):
-        parse_body(body("v1", "ConfigMap", empty_meta(name="cm")), PROTOBUF)
+    with pytest.raises(errors.UnsupportedMediaType, match="LimitRange"):
+        parse_body(body("v1", "LimitRange", empty_meta(name="limits")), PROTOBUF)
     with pytest.raises(errors.BadRequest, match=r"not valid Kubernetes protobuf: .*truncated"):
         parse_body(KUBECTL_133_NAMESPACE[:20], PROTOBUF)
     assert parse_body(b'{"kind": "Namespace"}', "application/json") == {"kind": "Namespace"}

@@ -27,7 +27,14 @@ from daemons.apiserver.bootstrap import bootstrap, default_advertise_address
 from daemons.apiserver.cache import WatchCache
 from daemons.apiserver.decoding import MAX_BODY_BYTES, decode_body, read_body, request_body
 from daemons.apiserver.kubelet_proxy import KubeletProxy
-from daemons.apiserver.negotiation import Rendering, Shape, negotiate, partial_list, status_response
+from daemons.apiserver.negotiation import (
+    Rendering,
+    Shape,
+    negotiate,
+    partial_list,
+    status_response,
+    warning_header,
+)
 from daemons.apiserver.publisher import EventPublisher
 from daemons.apiserver.registry import Registry, WriteOptions
 from daemons.apiserver.settings import ApiServerSettings
@@ -110,7 +117,7 @@ def list_body(resource: Resource, items: list[Obj], revision: int) -> Obj:
 
 
 def json_response(body: Obj, status_code: int = 200, warnings: list[str] | None = None) -> JSONResponse:
-    headers = {"Warning": ", ".join(f'299 - "unknown field \\"{field}\\""' for field in warnings)} if warnings else None
+    headers = {"Warning": warning_header([f'unknown field "{field}"' for field in warnings])} if warnings else None
     return JSONResponse(body, status_code=status_code, headers=headers)
 
 

@@ -128,5 +128,16 @@ class KubeJSONResponse(JSONResponse):
         return encode(content)
 
 
+def warning_header(texts: list[str]) -> str:
+    """A ``Warning`` header value of ``299 -`` warnings as upstream writes them: ``"`` and ``\\`` escaped, control
+    characters turned to spaces (as Go writes header values), UTF-8 kept (carried through Starlette's latin-1)."""
+    def quoted(text: str) -> str:
+        escaped = "".join(" " if ord(char) < 0x20 or char == "\x7f" else f"\\{char}" if char in '"\\' else char
+                          for char in text)
+        return f'"{escaped}"'
+
+    return ", ".join(f"299 - {quoted(text)}" for text in texts).encode().decode("latin-1")
+
+
 def status_response(error: errors.APIError) -> KubeJSONResponse:
     return KubeJSONResponse(error.to_status(), status_code=error.code)

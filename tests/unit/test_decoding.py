@@ -6,7 +6,15 @@ import pytest
 
 from daemons.api import errors
 from daemons.apiserver.decoding import MAX_BODY_BYTES, MAX_DEPTH, MAX_YAML_ALIASES, decode_body
-from daemons.apiserver.negotiation import Rendering, encode, negotiate, parse_accept, partial_list, partial_object
+from daemons.apiserver.negotiation import (
+    Rendering,
+    encode,
+    negotiate,
+    parse_accept,
+    partial_list,
+    partial_object,
+    warning_header,
+)
 
 JSON = "application/json"
 YAML = "application/apply-patch+yaml"
@@ -167,3 +175,9 @@ def test_nothing_servable_is_not_acceptable(accept, shape):
     status = caught.value.to_status()
     assert status["code"] == 406 and status["reason"] == "NotAcceptable"
     assert json.loads(encode(status))["message"].startswith("only the following media types are accepted: ")
+
+
+def test_warning_header_quotes_as_upstream_and_stays_one_header_line():
+    assert warning_header(['unknown field "spec.x"']) == '299 - "unknown field \\"spec.x\\""'
+    assert warning_header(['unknown field "a\\b\nc"', "x"]) == '299 - "unknown field \\"a\\\\b c\\"", 299 - "x"'
+    assert warning_header(["é"]).encode("latin-1") == '299 - "é"'.encode()

@@ -359,7 +359,7 @@ def pause_create_args(pod: Mapping[str, Any], image: str, node_name: str, cluste
     if spec.get("hostNetwork"):
         args["network_mode"] = "host"
     else:
-        args["hostname"] = metadata["name"][:63]
+        args["hostname"] = (spec.get("hostname") or metadata["name"])[:63]  # spec.hostname, as upstream
         if spec.get("dnsPolicy", "ClusterFirst") == "ClusterFirst" and cluster_dns:
             args["dns"] = list(cluster_dns)
             args["dns_search"] = dns_search(metadata["namespace"], cluster_domain)

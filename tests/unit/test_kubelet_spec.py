@@ -126,6 +126,7 @@ def test_the_pause_container_owns_network_ipc_and_dns():
     assert "dns" not in pause_create_args(pod(), "pause", "n1", [], None)
     assert "dns" not in pause_create_args(pod(dnsPolicy="Default"), "pause", "n1", ["10.96.0.10"], None)
     assert pause_create_args(pod(hostNetwork=True), "pause", "n1", [], None)["network_mode"] == "host"
+    assert pause_create_args(pod(hostname="web-0"), "pause", "n1", [], None)["hostname"] == "web-0"
 
 
 def _service(namespace: str, name: str, cluster_ip: str, *ports: dict) -> dict:

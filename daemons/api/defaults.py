@@ -181,12 +181,12 @@ def default_endpoint_slice(obj: Obj) -> None:
 
 
 def default_namespace(obj: Obj) -> None:
-    """SetDefaults_Namespace (the name label, always the name), the ``kubernetes`` finalizer, phase Active."""
+    """SetDefaults_Namespace (the name label, always the name) and the ``kubernetes`` finalizer upstream's
+    strategy adds on create, which the namespace controller removes once the namespace is empty."""
     metadata = _child(obj, "metadata")
     if metadata.get("name"):
         _child(metadata, "labels")[NAMESPACE_NAME_LABEL] = metadata["name"]
     _child(obj, "spec").setdefault("finalizers", ["kubernetes"])
-    _child(obj, "status").setdefault("phase", "Active")
 
 
 def default_secret(obj: Obj) -> None:

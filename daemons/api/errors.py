@@ -50,7 +50,7 @@ class APIError(MiniK8sError):
         if self.reason:
             body["reason"] = self.reason
         details = status_details(self.details or {})
-        if details:
+        if details or self.details == {}:  # an explicitly empty details object is sent, as upstream's
             body["details"] = details
         body["code"] = self.code
         return body
@@ -182,6 +182,12 @@ def status_details(details: dict[str, Any]) -> dict[str, Any]:
         ordered["causes"] = [{field: cause[field] for field in _CAUSE_FIELDS if cause.get(field)}
                              for cause in ordered["causes"]]
     return ordered
+
+
+def route_not_found() -> NotFound:
+    """A path the server does not serve, as upstream answers it: with an empty ``details`` object, which
+    clients dereference (kubectl debug does, to tell a missing subresource from a missing pod)."""
+    return NotFound("the server could not find the requested resource", details={})
 
 
 def not_found(resource_name: str, name: str, group: str = "") -> NotFound:

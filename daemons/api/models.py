@@ -233,6 +233,8 @@ class Container(KubeModel):
     startup_probe: Probe | None = None
     security_context: SecurityContext | None = None
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    termination_message_path: str | None = None
+    termination_message_policy: Literal["File", "FallbackToLogsOnError"] | None = None
 
     @field_validator("name")
     @classmethod
@@ -282,6 +284,7 @@ class PodSpec(KubeModel):
     host_network: bool | None = None
     security_context: PodSecurityContext | None = None
     scheduler_name: str = "default-scheduler"
+    enable_service_links: bool | None = None
     tolerations: list[Toleration] | None = None
     affinity: dict[str, Any] | None = None
     priority: int | None = None
@@ -469,6 +472,7 @@ class ServiceSpec(KubeModel):
     external_ips: list[str] | None = Field(default=None, alias="externalIPs")
     load_balancer_ip: str | None = Field(default=None, alias="loadBalancerIP")
     session_affinity: Literal["ClientIP", "None"] = "None"
+    session_affinity_config: dict[str, Any] | None = None
     internal_traffic_policy: Literal["Cluster", "Local"] | None = None
     external_traffic_policy: Literal["Cluster", "Local"] | None = None
     allocate_load_balancer_node_ports: bool | None = None

@@ -70,7 +70,7 @@ class Target:
 
 
 def parse_target(group: str, version: str, rest: list[str]) -> Target:
-    not_found = errors.NotFound("the server could not find the requested resource")
+    not_found = errors.route_not_found()
     if len(rest) >= 3 and rest[0] == "namespaces":
         candidate = find(group, version, rest[2])
         if candidate is not None and candidate.namespaced:
@@ -89,7 +89,7 @@ def _target(resource: Resource, namespace: str | None, rest: list[str]) -> Targe
     name = rest[0] if rest else None
     subresource = rest[1] if len(rest) > 1 else None
     if subresource is not None and subresource not in resource.subresources:
-        raise errors.NotFound("the server could not find the requested resource")
+        raise errors.route_not_found()
     return Target(resource, namespace, name, subresource)
 
 

@@ -4,16 +4,12 @@ spec (it dereferences ``securityContext``)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from daemons.api.resources import RESOURCES
-from tests.integration.test_upstream_kubectl import (  # noqa: F401 (fixtures)
-    Kubectl,
-    kubectl,
-    kubectl_binary,
-    pod_manifest,
-    write_manifest,
-)
+from tests.conftest import Kubectl
 
 pytestmark = pytest.mark.integration
 
@@ -38,13 +34,13 @@ def test_every_kind_has_a_schema_in_its_group_versions_document(api):
     ("pod.spec.containers", ("image", "imagePullPolicy", "livenessProbe", "ports", "resources")),
     ("deployment.spec.strategy", ("rollingUpdate", "type")),
 ])
-def test_explain_prints_a_fields_fields(kubectl: Kubectl, field: str, expected: tuple[str, ...]):  # noqa: F811
+def test_explain_prints_a_fields_fields(kubectl: Kubectl, field: str, expected: tuple[str, ...]):
     output = kubectl("explain", field)
     fields = {line.split()[0] for line in output.splitlines() if line.startswith("  ") and line.split()}
     assert set(expected) <= fields, output
 
 
-def test_explain_recursive_prints_nested_fields(kubectl: Kubectl):  # noqa: F811
+def test_explain_recursive_prints_nested_fields(kubectl: Kubectl):
     output = kubectl("explain", "service", "--recursive")
     assert "KIND:" in output and "Service" in output, output
     words = set(output.split())
@@ -52,9 +48,11 @@ def test_explain_recursive_prints_nested_fields(kubectl: Kubectl):  # noqa: F811
         output
 
 
-def test_kubectl_debug_gets_past_the_pods_security_context(kubectl: Kubectl, tmp_path):  # noqa: F811
+def test_kubectl_debug_gets_past_the_pods_security_context(kubectl: Kubectl):
     """kubectl debug copies from the pod's securityContext, which the apiserver's defaults always fill."""
-    kubectl("create", "-f", str(write_manifest(tmp_path / "pod.yaml", pod_manifest("target"))))
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "target"},
+           "spec": {"containers": [{"name": "main", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}
+    kubectl("create", "-f", "-", stdin=json.dumps(pod))
     result = kubectl.run("debug", "target", "--image=busybox", "--attach=false")
     output = result.stdout + result.stderr
     assert "panic" not in output and "nil pointer" not in output, output

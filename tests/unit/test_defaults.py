@@ -134,9 +134,9 @@ def test_namespace_defaults():
     namespace = defaulted(defaults.default_namespace, {"metadata": {"name": "team", "labels": {
         "kubernetes.io/metadata.name": "other", "tier": "x"}}})
     assert namespace == {"metadata": {"name": "team", "labels": {"kubernetes.io/metadata.name": "team", "tier": "x"}},
-                         "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
-    terminating = {"metadata": {"name": "t"}, "spec": {"finalizers": []}, "status": {"phase": "Terminating"}}
-    assert defaulted(defaults.default_namespace, terminating)["status"] == {"phase": "Terminating"}
+                         "spec": {"finalizers": ["kubernetes"]}}
+    finalized = {"metadata": {"name": "t"}, "spec": {"finalizers": []}}
+    assert defaulted(defaults.default_namespace, finalized)["spec"] == {"finalizers": []}
 
 
 def test_secret_type():

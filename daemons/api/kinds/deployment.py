@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from daemons.api import models, tables
 from daemons.api.bundle import Column, Resource
+from daemons.api.defaults import default_deployment
 
 COLUMNS = (
     Column("Ready", "string", lambda o, _n: f"{(o.get('status') or {}).get('readyReplicas') or 0}/"
@@ -18,4 +19,4 @@ COLUMNS = (
 
 RESOURCE = Resource("Deployment", "deployments", models.Deployment, group="apps", short_names=("deploy",),
                     subresources=("status", "scale"), categories=("all",), columns=COLUMNS,
-                    initial_status=lambda _obj: {})
+                    initial_status=lambda _obj: {}, defaults=default_deployment)

@@ -6,6 +6,7 @@ from typing import Any
 
 from daemons.api import models, tables
 from daemons.api.bundle import Column, Resource
+from daemons.api.defaults import default_endpoints
 
 Obj = dict[str, Any]
 
@@ -34,4 +35,4 @@ COLUMNS = (
 )
 
 RESOURCE = Resource("Endpoints", "endpoints", models.Endpoints, short_names=("ep",), has_status=False,
-                    columns=COLUMNS)
+                    columns=COLUMNS, defaults=default_endpoints)

@@ -7,6 +7,7 @@ from typing import Any
 
 from daemons.api import models, tables
 from daemons.api.bundle import Column, Resource
+from daemons.api.defaults import default_horizontal_pod_autoscaler
 
 Obj = dict[str, Any]
 
@@ -65,4 +66,4 @@ COLUMNS = (
 
 RESOURCE = Resource("HorizontalPodAutoscaler", "horizontalpodautoscalers", models.HorizontalPodAutoscaler,
                     group="autoscaling", version="v2", short_names=("hpa",), subresources=("status",),
-                    categories=("all",), columns=COLUMNS)
+                    categories=("all",), columns=COLUMNS, defaults=default_horizontal_pod_autoscaler)

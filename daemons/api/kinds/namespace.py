@@ -6,6 +6,7 @@ from typing import Any
 
 from daemons.api import models, tables
 from daemons.api.bundle import Column, Resource
+from daemons.api.defaults import default_namespace
 
 Obj = dict[str, Any]
 
@@ -17,14 +18,6 @@ COLUMNS = (
 
 # The finalizer the namespace controller removes once the namespace is empty (upstream's FinalizerKubernetes).
 FINALIZER = "kubernetes"
-
-
-def defaults(obj: Obj) -> None:
-    """A namespace is created holding the namespace controller's finalizer, as upstream's strategy does."""
-    spec = obj.get("spec")
-    if not isinstance(spec, dict):
-        spec = obj["spec"] = {}
-    spec.setdefault("finalizers", [FINALIZER])
 
 
 def deletion_hold(obj: Obj) -> bool:
@@ -39,5 +32,5 @@ def mark_deleted(obj: Obj) -> None:
 
 RESOURCE = Resource("Namespace", "namespaces", models.Namespace, namespaced=False, short_names=("ns",),
                     subresources=("status", "finalize"), name_format="label", columns=COLUMNS,
-                    defaults=defaults, initial_status=lambda _obj: {"phase": "Active"},
+                    defaults=default_namespace, initial_status=lambda _obj: {"phase": "Active"},
                     deletion_hold=deletion_hold, mark_deleted=mark_deleted, propagates_deletion=False)

@@ -7,6 +7,7 @@ from typing import Any
 
 from daemons.api import models, tables
 from daemons.api.bundle import Column, FieldError, Resource
+from daemons.api.defaults import default_pod
 from daemons.api.times import human_duration, parse_time
 
 Obj = dict[str, Any]
@@ -115,4 +116,4 @@ def deletion_grace(obj: Obj, requested: int | None) -> int | None:
 
 RESOURCE = Resource("Pod", "pods", models.Pod, short_names=("po",), subresources=("status", "binding", "log", "exec"),
                     categories=("all",), columns=COLUMNS, initial_status=lambda _obj: {"phase": "Pending"},
-                    check_update=check_update, deletion_grace=deletion_grace)
+                    defaults=default_pod, check_update=check_update, deletion_grace=deletion_grace)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from daemons.api import models, tables
 from daemons.api.bundle import Column, Resource
+from daemons.api.defaults import default_replica_set
 
 COLUMNS = (
     Column("Desired", "integer", lambda o, _n: int(o.get("spec", {}).get("replicas", 1))),
@@ -18,4 +19,4 @@ COLUMNS = (
 
 RESOURCE = Resource("ReplicaSet", "replicasets", models.ReplicaSet, group="apps", short_names=("rs",),
                     subresources=("status", "scale"), categories=("all",), columns=COLUMNS,
-                    initial_status=lambda _obj: {"replicas": 0})
+                    initial_status=lambda _obj: {"replicas": 0}, defaults=default_replica_set)

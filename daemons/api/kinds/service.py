@@ -6,7 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from daemons.api import models, tables
-from daemons.api.bundle import Column, Resource
+from daemons.api.bundle import Column, FieldError, Resource
+from daemons.api.defaults import default_service
 
 Obj = dict[str, Any]
 
@@ -52,6 +53,32 @@ COLUMNS = (
         f"{k}={v}" for k, v in sorted((o.get("spec", {}).get("selector") or {}).items())) or tables.NONE, priority=1),
 )
 
+
+def check(obj: Obj, current: Obj | None) -> list[FieldError]:
+    """This cluster is IPv4 single-stack."""
+    spec = obj.get("spec") or {}
+    problems = [FieldError.invalid(f"spec.ipFamilies[{index}]", family, "not configured on this cluster")
+                for index, family in enumerate(spec.get("ipFamilies") or []) if family != "IPv4"]
+    if spec.get("ipFamilyPolicy") == "RequireDualStack":
+        problems.append(FieldError.invalid("spec.ipFamilyPolicy", "RequireDualStack",
+                                           "this cluster is not configured for dual-stack services"))
+    if len(spec.get("clusterIPs") or []) > 1:
+        problems.append(FieldError("FieldValueInvalid", "spec.clusterIPs", "Invalid value: may only hold one address, "
+                                   "this cluster is not configured for dual-stack services"))
+    return problems
+
+
+def check_update(obj: Obj, current: Obj) -> list[FieldError]:
+    """The primary cluster IP never changes, except to or from ExternalName."""
+    spec, old = obj.get("spec") or {}, current.get("spec") or {}
+    if "ExternalName" in (spec.get("type"), old.get("type")) or not old.get("clusterIP"):
+        return []
+    if spec.get("clusterIP") != old["clusterIP"]:
+        return [FieldError.invalid("spec.clusterIP", spec.get("clusterIP", ""), "field is immutable")]
+    return []
+
+
 RESOURCE = Resource("Service", "services", models.Service, short_names=("svc",), subresources=("status",),
                     categories=("all",), name_format="dns1035", columns=COLUMNS,
-                    initial_status=lambda _obj: {"loadBalancer": {}})
+                    initial_status=lambda _obj: {"loadBalancer": {}}, defaults=default_service,
+                    check=check, check_update=check_update)

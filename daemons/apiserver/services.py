@@ -231,30 +231,6 @@ def _cause(field: str, message: str) -> Obj:
     return {"reason": "FieldValueInvalid", "field": field, "message": f"Invalid value: {message}"}
 
 
-def _check_update(spec: Obj, old: Obj) -> list[Obj]:
-    """The primary cluster IP never changes, except to or from ExternalName."""
-    if "ExternalName" in (spec.get("type"), old.get("type")) or not old.get("clusterIP"):
-        return []
-    if spec.get("clusterIP") != old["clusterIP"]:
-        return [_cause("spec.clusterIP", f'"{spec.get("clusterIP", "")}": field is immutable')]
-    return []
-
-
-def _check_families(spec: Obj) -> list[Obj]:
-    """This cluster is IPv4 single-stack."""
-    causes = []
-    for index, family in enumerate(spec.get("ipFamilies") or []):
-        if family != "IPv4":
-            causes.append(_cause(f"spec.ipFamilies[{index}]", f'"{family}": not configured on this cluster'))
-    if spec.get("ipFamilyPolicy") == "RequireDualStack":
-        causes.append(_cause("spec.ipFamilyPolicy", '"RequireDualStack": this cluster is not configured for '
-                                                   "dual-stack services"))
-    if len(spec.get("clusterIPs") or []) > 1:
-        causes.append(_cause("spec.clusterIPs", "may only hold one address, this cluster is not configured for "
-                                                "dual-stack services"))
-    return causes
-
-
 def allocate(network: ServiceNetwork, desired: Obj, current: Obj | None, held: Held | None,
              rng: random.Random) -> tuple[Obj, Claims]:
     """``desired`` with its cluster IP and node ports filled in, and the claims its write takes and gives back.
@@ -266,7 +242,7 @@ def allocate(network: ServiceNetwork, desired: Obj, current: Obj | None, held: H
     spec = service["spec"]
     old = (current or {}).get("spec") or {}
     held = held or Held()
-    causes = (_check_update(spec, old) if current else []) + _check_families(spec)
+    causes: list[Obj] = []
     if needs_cluster_ip(spec):
         causes += _assign_cluster_ip(network, spec, old, held, rng)
     if needs_node_ports(spec):

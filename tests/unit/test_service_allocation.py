@@ -151,7 +151,7 @@ def test_an_update_keeps_what_it_holds_and_claims_only_what_is_new():
 def test_the_cluster_ip_is_immutable():
     current, _claims = allocate(service(clusterIP="10.96.0.60"))
     with pytest.raises(Invalid) as raised:
-        allocate(service(clusterIP="10.96.0.61"), current)
+        validate(SERVICES, service(clusterIP="10.96.0.61"), current=current)
     assert causes(raised) == {"spec.clusterIP": 'Invalid value: "10.96.0.61": field is immutable'}
 
 
@@ -194,5 +194,5 @@ def test_held_by_others_leaves_out_what_the_service_itself_holds():
 
 def test_this_cluster_is_ipv4_single_stack():
     with pytest.raises(Invalid) as raised:
-        allocate(service(ipFamilies=["IPv6"], ipFamilyPolicy="RequireDualStack"))
+        service(ipFamilies=["IPv6"], ipFamilyPolicy="RequireDualStack")
     assert set(causes(raised)) == {"spec.ipFamilies[0]", "spec.ipFamilyPolicy"}

@@ -7,6 +7,7 @@ from typing import Any
 
 from daemons.api import models, tables
 from daemons.api.bundle import Column, FieldError, Resource
+from daemons.api.defaults import default_service
 
 Obj = dict[str, Any]
 
@@ -52,6 +53,7 @@ COLUMNS = (
         f"{k}={v}" for k, v in sorted((o.get("spec", {}).get("selector") or {}).items())) or tables.NONE, priority=1),
 )
 
+
 def check(obj: Obj, current: Obj | None) -> list[FieldError]:
     """This cluster is IPv4 single-stack."""
     spec = obj.get("spec") or {}
@@ -78,5 +80,5 @@ def check_update(obj: Obj, current: Obj) -> list[FieldError]:
 
 RESOURCE = Resource("Service", "services", models.Service, short_names=("svc",), subresources=("status",),
                     categories=("all",), name_format="dns1035", columns=COLUMNS,
-                    initial_status=lambda _obj: {"loadBalancer": {}}, check=check,
-                    check_update=check_update)
+                    initial_status=lambda _obj: {"loadBalancer": {}}, defaults=default_service,
+                    check=check, check_update=check_update)

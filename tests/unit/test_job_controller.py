@@ -196,12 +196,13 @@ def test_a_finished_job_is_deleted_after_its_ttl() -> None:
     assert plan(finished, [], NOW + timedelta(seconds=61)).requeue_after == 0
 
 
-def test_defaults_generate_the_selector_from_the_uid() -> None:
+def test_defaults_generate_the_selector_from_the_uid_and_label_the_job_with_it() -> None:
     job = make_job()
     assert job["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": "uid-1"}}
     labels = job["spec"]["template"]["metadata"]["labels"]
     assert labels == {"batch.kubernetes.io/controller-uid": "uid-1", "controller-uid": "uid-1",
                       "batch.kubernetes.io/job-name": "pi", "job-name": "pi"}
+    assert job["metadata"]["labels"] == labels
     assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (1, 1)
 
 

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from daemons.api import models, tables
 from daemons.api.bundle import Column, FieldError, Obj, Resource
+from daemons.api.defaults import default_cron_job
 from daemons.api.kinds.job import JobTemplateSpec, check_job_spec
 from daemons.api.times import human_duration, parse_time
 
@@ -169,14 +170,6 @@ class CronJob(models.KubeObject):
     status: CronJobStatus | None = None
 
 
-def defaults(cronjob: Obj) -> None:
-    """The jobTemplate's Job defaults (SetDefaults_CronJob leaves the rest to the model's field defaults)."""
-    job_spec = ((cronjob.get("spec") or {}).get("jobTemplate") or {}).get("spec")
-    if isinstance(job_spec, dict) and job_spec.get("completions") is None and job_spec.get("parallelism") is None:
-        job_spec["completions"] = 1
-        job_spec["parallelism"] = 1
-
-
 def check(cronjob: Obj, _current: Obj | None) -> list[FieldError]:
     """Upstream's ValidateCronJob beyond the model: the name's length, the schedule, the zone, the template."""
     errors: list[FieldError] = []
@@ -223,4 +216,4 @@ COLUMNS = (
 )
 
 RESOURCE = Resource("CronJob", "cronjobs", CronJob, group="batch", short_names=("cj",), subresources=("status",),
-                    categories=("all",), defaults=defaults, check=check, columns=COLUMNS)
+                    categories=("all",), defaults=default_cron_job, check=check, columns=COLUMNS)

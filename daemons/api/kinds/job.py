@@ -9,12 +9,13 @@ supported.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from daemons.api import models, tables
 from daemons.api.bundle import Column, FieldError, Obj, Resource
+from daemons.api.defaults import default_job
 from daemons.api.times import human_duration, parse_time
 
 # Labels the apiserver puts on a Job's template, as upstream (the legacy names and the batch.kubernetes.io ones).
@@ -46,6 +47,13 @@ class JobSpec(models.KubeModel):
     manual_selector: bool | None = None
     selector: models.LabelSelector | None = None
     template: models.PodTemplateSpec
+    pod_replacement_policy: Literal["TerminatingOrFailed", "Failed"] | None = None
+    # Stored and served, not acted on by this controller.
+    pod_failure_policy: dict[str, Any] | None = None
+    success_policy: dict[str, Any] | None = None
+    backoff_limit_per_index: Annotated[int, Field(ge=0)] | None = None
+    max_failed_indexes: Annotated[int, Field(ge=0)] | None = None
+    managed_by: str | None = None
 
 
 class JobStatus(models.KubeModel):
@@ -80,21 +88,16 @@ def selector_labels(uid: str, name: str) -> dict[str, str]:
 
 
 def defaults(job: Obj) -> None:
-    """Upstream's SetDefaults_Job plus the selector the apiserver generates on create (it needs the uid).
-
-    With neither completions nor parallelism set, both become 1; otherwise an unset completions stays unset
-    (a work queue: done when any pod succeeds and none is active).
-    """
+    """The selector the apiserver generates on create (it needs the uid), then upstream's SetDefaults_Job, whose
+    Job labels default to the template's and so carry the generated ones, as upstream's Jobs show."""
     spec = job.setdefault("spec", {})
-    if spec.get("completions") is None and spec.get("parallelism") is None:
-        spec["completions"] = 1
-        spec["parallelism"] = 1
     metadata = job.get("metadata") or {}
     uid, name = metadata.get("uid"), metadata.get("name")
     if spec.get("selector") is None and uid and name and not spec.get("manualSelector"):
         template_metadata = spec.setdefault("template", {}).setdefault("metadata", {})
         template_metadata["labels"] = {**(template_metadata.get("labels") or {}), **selector_labels(uid, name)}
         spec["selector"] = {"matchLabels": {CONTROLLER_UID_LABEL: uid}}
+    default_job(job)
 
 
 def check_job_spec(spec: Obj, path: str) -> list[FieldError]:

@@ -130,8 +130,8 @@ class Registry:
                                     f"API version ({resource.api_version})")
         metadata = obj.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):
-            raise errors.Invalid.for_object(resource.kind, None, [{
-                "reason": "FieldValueInvalid", "field": "metadata", "message": "Invalid value: must be an object"}])
+            raise invalid(resource.kind, None, [
+                FieldError("FieldValueInvalid", "metadata", "Invalid value: must be an object")], resource.group)
         metadata = metadata or {}
         body_namespace = metadata.get("namespace")
         if resource.namespaced and body_namespace and namespace and body_namespace != namespace:
@@ -540,18 +540,16 @@ def propagation_policy(options: Obj) -> str | None:
     """The policy DeleteOptions ask for (``orphanDependents`` as its older spelling); None when they say nothing."""
     policy, orphan = options.get("propagationPolicy"), options.get("orphanDependents")
     if policy is not None and orphan is not None:
-        raise errors.Invalid.for_object("DeleteOptions", None, [{
-            "reason": "FieldValueInvalid", "field": "propagationPolicy",
-            "message": "Invalid value: propagationPolicy and orphanDependents cannot both be set"}], "meta.k8s.io")
+        raise invalid("DeleteOptions", None, [FieldError(
+            "FieldValueInvalid", "propagationPolicy",
+            "Invalid value: propagationPolicy and orphanDependents cannot both be set")], "meta.k8s.io")
     if orphan is not None:
         if not isinstance(orphan, bool):
             raise errors.BadRequest("orphanDependents must be a boolean")
         return "Orphan" if orphan else "Background"
     if policy is not None and policy not in PROPAGATION_POLICIES:
-        supported = ", ".join(f'"{value}"' for value in PROPAGATION_POLICIES)
-        raise errors.Invalid.for_object("DeleteOptions", None, [{
-            "reason": "FieldValueNotSupported", "field": "propagationPolicy",
-            "message": f"Unsupported value: {policy!r}: supported values: {supported}"}], "meta.k8s.io")
+        raise invalid("DeleteOptions", None, [FieldError.not_supported("propagationPolicy", policy,
+                                                                       PROPAGATION_POLICIES)], "meta.k8s.io")
     return policy
 
 

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemons.api import errors
+from daemons.api.bundle import FieldError
 from daemons.api.models import HEADLESS, NODE_PORT_TYPES
 from daemons.apiserver.storage import Claims
+from daemons.apiserver.validation import invalid
 
 Obj = dict[str, Any]
 
@@ -223,12 +225,8 @@ def _carry_node_ports(old: Obj, spec: Obj, ports: list[Obj]) -> list[Obj]:
     return ports
 
 
-def _invalid(service: Obj, causes: list[Obj]) -> errors.Invalid:
-    return errors.Invalid.for_object("Service", service.get("metadata", {}).get("name"), causes)
-
-
-def _cause(field: str, message: str) -> Obj:
-    return {"reason": "FieldValueInvalid", "field": field, "message": f"Invalid value: {message}"}
+def _cause(field: str, message: str) -> FieldError:
+    return FieldError("FieldValueInvalid", field, f"Invalid value: {message}")
 
 
 def allocate(network: ServiceNetwork, desired: Obj, current: Obj | None, held: Held | None,
@@ -242,19 +240,20 @@ def allocate(network: ServiceNetwork, desired: Obj, current: Obj | None, held: H
     spec = service["spec"]
     old = (current or {}).get("spec") or {}
     held = held or Held()
-    causes: list[Obj] = []
+    causes: list[FieldError] = []
     if needs_cluster_ip(spec):
         causes += _assign_cluster_ip(network, spec, old, held, rng)
     if needs_node_ports(spec):
         causes += _assign_node_ports(network, spec, old, held, rng)
     if causes:
-        raise _invalid(service, causes)
+        raise invalid("Service", service["metadata"].get("name"), causes)
     owner = "{}/{}".format(service["metadata"].get("namespace"), service["metadata"].get("name")).encode()
     wanted, had = claim_keys(service), claim_keys(current)
     return service, Claims(take=dict.fromkeys(sorted(wanted - had), owner), release=tuple(sorted(had - wanted)))
 
 
-def _assign_cluster_ip(network: ServiceNetwork, spec: Obj, old: Obj, held: Held, rng: random.Random) -> list[Obj]:
+def _assign_cluster_ip(network: ServiceNetwork, spec: Obj, old: Obj, held: Held,
+                       rng: random.Random) -> list[FieldError]:
     ip = spec.get("clusterIP")
     if ip and ip == cluster_ip_of(old):
         return []
@@ -276,8 +275,9 @@ def _assign_cluster_ip(network: ServiceNetwork, spec: Obj, old: Obj, held: Held,
     return []
 
 
-def _assign_node_ports(network: ServiceNetwork, spec: Obj, old: Obj, held: Held, rng: random.Random) -> list[Obj]:
-    causes = []
+def _assign_node_ports(network: ServiceNetwork, spec: Obj, old: Obj, held: Held,
+                       rng: random.Random) -> list[FieldError]:
+    causes: list[FieldError] = []
     ports = [dict(port) for port in spec.get("ports") or []]
     own = node_ports_of(old)
     for index, port in enumerate(ports):

@@ -87,7 +87,7 @@ def test_an_unknown_policy_or_both_spellings_are_invalid_and_name_the_field():
     with pytest.raises(errors.Invalid) as unknown:
         propagation_policy({"propagationPolicy": "Sideways"})
     assert unknown.value.causes == [{"reason": "FieldValueNotSupported", "field": "propagationPolicy",
-                                     "message": 'Unsupported value: \'Sideways\': supported values: "Foreground", '
+                                     "message": 'Unsupported value: "Sideways": supported values: "Foreground", '
                                                 '"Background", "Orphan"'}]
     with pytest.raises(errors.Invalid) as both:
         propagation_policy({"propagationPolicy": "Orphan", "orphanDependents": True})

@@ -584,8 +584,11 @@ def parse_selectors(label_selector: str | None,
 
 
 def scale_of(resource: Resource, obj: Obj) -> Obj:
-    """The ``autoscaling/v1`` Scale view of a ReplicaSet or Deployment."""
+    """The ``autoscaling/v1`` Scale view of a ReplicaSet, Deployment or ReplicationController (whose selector is a
+    plain label map, not a LabelSelector)."""
     metadata = obj["metadata"]
+    selector = obj.get("spec", {}).get("selector") or {}
+    plain = all(isinstance(value, str) for value in selector.values())
     return {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -594,6 +597,7 @@ def scale_of(resource: Resource, obj: Obj) -> Obj:
         "spec": {"replicas": obj.get("spec", {}).get("replicas", 0)},
         "status": {
             "replicas": (obj.get("status") or {}).get("replicas", 0),
-            "selector": str(LabelSelectorQuery.from_label_selector(obj.get("spec", {}).get("selector"))),
+            "selector": str(LabelSelectorQuery.from_map(selector) if plain
+                            else LabelSelectorQuery.from_label_selector(selector)),
         },
     }

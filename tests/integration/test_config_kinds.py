@@ -179,6 +179,7 @@ def test_a_replication_controller_keeps_its_replicas_of_pods_it_owns(manager, ap
     wait_for(lambda: (api.get(RCS, "web", namespace).get("status") or {}).get("replicas"), 2, manager)
     [ref] = active_pods_of(api, namespace, rc)[0]["metadata"]["ownerReferences"]
     assert (ref["apiVersion"], ref["kind"], ref["name"]) == ("v1", "ReplicationController", "web")
+    assert api.get(RCS, "web", namespace, subresource="scale")["status"] == {"replicas": 2, "selector": "app=web"}
     api.patch(RCS, "web", {"spec": {"replicas": 1}}, namespace, subresource="scale")
     wait_for(lambda: len(active_pods_of(api, namespace, rc)), 1, manager)
 

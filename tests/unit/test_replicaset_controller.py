@@ -17,6 +17,7 @@ from daemons.controllers.replicaset import (
     BURST_REPLICAS,
     REPLICA_FAILURE,
     ReplicaSetController,
+    ReplicationManager,
     burst_sizes,
     calculate_status,
     pods_to_delete,
@@ -378,3 +379,29 @@ def test_pod_events_enqueue_the_owner_or_the_selecting_replicasets(api, rsc):
     owned = pod("owned", owner=rs, labels={"app": "whatever"})
     feed(rsc.pods, "ADDED", owned)
     assert rsc.controller.queue.get(timeout=0) == "ns/web"  # by its owner, whatever its labels
+
+
+def test_a_replication_controller_selects_by_its_label_map_and_owns_what_it_makes(api):
+    manager = ReplicationManager(ControllerContext(api, InformerFactory(api), workers=1), clock=lambda: NOW)
+    assert CONTROLLERS["replicationcontroller"] is ReplicationManager
+    rc = stamp({"apiVersion": "v1", "kind": "ReplicationController",
+                "metadata": {"name": "web", "namespace": "ns", "uid": "uid-rc", "generation": 1},
+                "spec": {"replicas": 2, "selector": {"app": "web"},
+                         "template": {"metadata": {"labels": {"app": "web"}},
+                                      "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
+    api.objects[("ReplicationController", "web")] = copy.deepcopy(rc)
+    feed(manager.replicasets, "ADDED", rc)
+    same_named_rs = replicaset()
+    taken = pod("taken", owner=same_named_rs)  # a ReplicaSet's pod, though the names match: not the RC's
+    orphan = pod("orphan", labels={"app": "web"})
+    for item in (taken, orphan):
+        api.objects[("Pod", item["metadata"]["name"])] = item
+        feed(manager.pods, "ADDED", item)
+    assert len(manager.controller.queue) == 1  # the orphan enqueued the RC its labels match
+    manager.sync("ns/web")
+    ref = {"apiVersion": "v1", "kind": "ReplicationController", "name": "web", "uid": "uid-rc", "controller": True,
+           "blockOwnerDeletion": True}
+    assert controller_of(api.objects[("Pod", "orphan")]) == ref
+    made = [obj for obj in created_pods(api) if obj["metadata"]["name"].startswith("web-")]
+    assert [controller_of(obj) for obj in made] == [ref]
+    assert controller_of(api.objects[("Pod", "taken")])["kind"] == "ReplicaSet"

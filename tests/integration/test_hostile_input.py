@@ -46,6 +46,15 @@ def test_hostile_create_bodies_get_the_limit_they_broke(http, namespace, body, h
     assert http.get(f"/api/v1/namespaces/{namespace}/configmaps").json()["items"] == []
 
 
+def test_an_oversized_body_without_a_length_is_refused(http, namespace):
+    def chunks():
+        for _ in range(MAX_BODY_BYTES // 65536 + 2):
+            yield b" " * 65536
+
+    answer = http.post(f"/api/v1/namespaces/{namespace}/configmaps", content=chunks(), headers=JSON)
+    assert answer.status_code == 413 and str(MAX_BODY_BYTES) in answer.json()["message"]
+
+
 def test_hostile_patches_are_refused(http, namespace):
     assert http.post(f"/api/v1/namespaces/{namespace}/configmaps", json=configmap("cm")).status_code == 201
     path = f"/api/v1/namespaces/{namespace}/configmaps/cm"

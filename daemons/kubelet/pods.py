@@ -61,8 +61,10 @@ def docker_message(error: Exception) -> str:
     return str(explanation or error)
 
 
-def field_path(container_name: str) -> str:
-    return f"spec.containers{{{container_name}}}"
+def field_path(pod: Mapping[str, Any], container_name: str) -> str:
+    """The event's ``fieldPath`` for a container: ``spec.initContainers{x}`` or ``spec.containers{x}``."""
+    inits = {container["name"] for container in (pod.get("spec") or {}).get("initContainers") or []}
+    return f"spec.{'initContainers' if container_name in inits else 'containers'}{{{container_name}}}"
 
 
 class PodSyncer:
@@ -154,7 +156,7 @@ class PodSyncer:
         for container in containers:
             if container.kind == podspec.KIND_APP and container.state == "running":
                 self.recorder.record(pod, "Normal", "Killing", f"Stopping container {container.name}",
-                                     field_path(container.name))
+                                     field_path(pod, container.name))
         self.probes.retain(key, set())
         self._remove(containers, float(grace))
         self._remove_pod_dir(str(metadata["uid"]))
@@ -359,7 +361,7 @@ class PodSyncer:
         return ""
 
     def _failed(self, pod: dict[str, Any], container: Mapping[str, Any], reason: str, message: str) -> Waiting:
-        self.recorder.record(pod, "Warning", "Failed", f"Error: {message}", field_path(container["name"]))
+        self.recorder.record(pod, "Warning", "Failed", f"Error: {message}", field_path(pod, container["name"]))
         return reason, message
 
     def _act(self, key: str, pod: dict[str, Any], container: Mapping[str, Any], action: Action, group: PodContainers,
@@ -369,7 +371,7 @@ class PodSyncer:
         name = container["name"]
         metadata = pod["metadata"]
         newest = group.newest(name)
-        where = field_path(name)
+        where = field_path(pod, name)
         grace = float(pod["spec"].get("terminationGracePeriodSeconds", 30))
         if action.kind == "wait":
             pod_ref = f"{metadata['name']}_{metadata['namespace']}({metadata['uid']})"
@@ -431,17 +433,17 @@ class PodSyncer:
             self.runtime.start(container_id)
         except DOCKER_ERRORS as error:
             # Docker keeps the container with the error; the next sync sees it exited and backs off.
-            self.recorder.record(pod, "Warning", "Failed", f"Error: {docker_message(error)}", field_path(name))
+            self.recorder.record(pod, "Warning", "Failed", f"Error: {docker_message(error)}", field_path(pod, name))
             log.info("%s: container %s did not start: %s", key, name, docker_message(error))
             return None
-        self.recorder.record(pod, "Normal", "Started", f"Started container {name}", field_path(name))
+        self.recorder.record(pod, "Normal", "Started", f"Started container {name}", field_path(pod, name))
         log.info("%s: started container %s (%s)", key, name, container_id[:12])
         return None
 
     def _ensure_image(self, pod: dict[str, Any], container: Mapping[str, Any], delays: list[float]) -> Waiting | None:
         """Pull the image when it is not on the node, with back-off between failed pulls."""
         image, name = container["image"], container["name"]
-        where = field_path(name)
+        where = field_path(pod, name)
         slot = (str(pod["metadata"]["uid"]), name)
         if container.get("imagePullPolicy") != "Always" and self.runtime.image_present(image):
             with self._lock:
@@ -531,7 +533,7 @@ class PodSyncer:
             pod = self.pods.get_by_key(key)
             if pod is not None:
                 self.recorder.record(pod, "Warning", "Unhealthy", f"{kind.capitalize()} probe failed: {message}",
-                                     field_path(container_name))
+                                     field_path(pod, container_name))
         if changed:
             self.requeue(key, 0.0)
 

@@ -1,6 +1,7 @@
 """The apiserver's request and response edges: hostile bodies refused with the limit they broke while other
 requests keep being served, Status bodies as upstream writes them, and Accept negotiation."""
 
+import json
 import ssl
 import threading
 
@@ -134,6 +135,16 @@ def test_metadata_only_answers(http, namespace, version):
     assert [set(item) for item in body["items"]] == [{"apiVersion", "kind", "metadata"}] * 2
     assert {item["metadata"]["name"] for item in body["items"]} == {"one", "two"}
     assert {item["kind"] for item in body["items"]} == {"PartialObjectMetadata"}
+    events = []
+    with http.stream("GET", path, params={"watch": "1", "timeoutSeconds": "30"},
+                     headers={"Accept": METADATA.format("", version)}) as watched:
+        for line in watched.iter_lines():
+            events.append(json.loads(line))
+            if len(events) == 2:
+                break
+    assert {event["object"]["metadata"]["name"] for event in events} == {"one", "two"}
+    assert {event["object"]["kind"] for event in events} == {"PartialObjectMetadata"}
+    assert all(set(event["object"]) == {"apiVersion", "kind", "metadata"} for event in events)
     got = http.get(f"{path}/one", headers={"Accept": METADATA.format("", version)}).json()
     assert set(got) == {"apiVersion", "kind", "metadata"} and got["kind"] == "PartialObjectMetadata"
     assert got["apiVersion"] == f"meta.k8s.io/{version}" and got["metadata"]["name"] == "one"

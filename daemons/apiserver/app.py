@@ -201,8 +201,10 @@ def create_app(settings: ApiServerSettings) -> FastAPI:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/openapi/v2")
-    async def openapi_v2() -> Response:
-        return Response(openapi.document_v2_protobuf(), media_type=openapi.V2_MEDIA_TYPE)
+    async def openapi_v2(request: Request) -> Response:
+        if "protobuf" in request.headers.get("accept", ""):
+            return Response(openapi.document_v2_protobuf(), media_type=openapi.V2_MEDIA_TYPE)
+        return JSONResponse(openapi.document_v2())
 
     @app.get("/openapi/v3")
     async def openapi_root() -> JSONResponse:

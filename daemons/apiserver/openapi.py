@@ -11,8 +11,9 @@ built-in types, which needs no schemas here.
 The v3 documents also carry each kind's schema, generated from its row's model
 (wire names, the models' docstrings as descriptions, shared structures such as
 ObjectMeta as components), which ``kubectl explain`` reads; a kind added to the
-table gets its schema with no code here. The v2 protobuf carries no definitions:
-kubectl would otherwise compute strategic merge patches from them, and the
+table gets its schema with no code here. ``/openapi/v2`` is JSON with the same
+definitions, or, when asked for protobuf as kubectl does, paths only: kubectl
+would otherwise compute strategic merge patches from the definitions, and the
 models do not say which lists merge by which key.
 """
 
@@ -180,6 +181,25 @@ def root() -> dict[str, Any]:
             digest = hashlib.sha512(json.dumps(document(group, version), sort_keys=True).encode()).hexdigest()[:32]
             paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest.upper()}"}
     return {"paths": paths}
+
+
+@functools.cache
+def document_v2() -> dict[str, Any]:
+    """``/openapi/v2`` as JSON (Swagger 2.0), for clients that ask for JSON: every path, and every kind's
+    definition as in the v3 documents. kubectl asks for the protobuf form below instead."""
+    paths: dict[str, Any] = {}
+    for path, method, resource in _paths(list(RESOURCES)):
+        paths.setdefault(path, {})[method] = {
+            "operationId": f"{method}{resource.kind}",
+            "x-kubernetes-group-version-kind": {"group": resource.group, "version": resource.version,
+                                                "kind": resource.kind},
+            "x-kubernetes-action": method,
+            "parameters": [{"name": name, "in": "query", "type": "string"} for name in QUERY_PARAMETERS],
+            "responses": {"200": {"description": "OK"}},
+        }
+    definitions = json.loads(json.dumps(components(list(RESOURCES))).replace(SCHEMA_PREFIX, "#/definitions/"))
+    return {"swagger": "2.0", "info": {"title": "Kubernetes", "version": GIT_VERSION}, "paths": paths,
+            "definitions": definitions}
 
 
 # --- /openapi/v2 as gnostic's openapi.v2.Document protobuf --------------------------------------------

@@ -30,6 +30,16 @@ def test_every_kind_has_a_schema_in_its_group_versions_document(api):
         assert "ObjectMeta" in schemas
 
 
+def test_openapi_v2_json_carries_every_kinds_definition(api):
+    """JSON unless protobuf is asked for: kubectl 1.27 asks for protobuf before each create (as below)."""
+    document = api.request("GET", "/openapi/v2")
+    assert document["swagger"] == "2.0"
+    deployment = document["definitions"]["Deployment"]
+    assert deployment["x-kubernetes-group-version-kind"] == [{"group": "apps", "kind": "Deployment",
+                                                              "version": "v1"}]
+    assert deployment["properties"]["spec"] == {"$ref": "#/definitions/DeploymentSpec"}
+
+
 @pytest.mark.parametrize(("field", "expected"), [
     ("pod.spec.containers", ("image", "imagePullPolicy", "livenessProbe", "ports", "resources")),
     ("deployment.spec.strategy", ("rollingUpdate", "type")),

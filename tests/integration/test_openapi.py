@@ -1,6 +1,6 @@
 """What upstream kubectl reads from the apiserver's schemas and defaults: ``kubectl explain`` walks the
 OpenAPI v3 documents generated from the resource table, and ``kubectl debug`` relies on a pod's defaulted
-spec (it dereferences ``securityContext``)."""
+spec (it dereferences ``securityContext``) and on upstream's 404 body."""
 
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ def test_explain_recursive_prints_nested_fields(kubectl: Kubectl):
 
 
 def test_kubectl_debug_gets_past_the_pods_security_context(kubectl: Kubectl):
-    """kubectl debug copies from the pod's securityContext, which the apiserver's defaults always fill."""
+    """kubectl debug reads the pod's securityContext, which the apiserver's defaults always fill, and the
+    details of the 404 the unserved ephemeralcontainers subresource answers; it then fails cleanly."""
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "target"},
            "spec": {"containers": [{"name": "main", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}}
     kubectl("create", "-f", "-", stdin=json.dumps(pod))

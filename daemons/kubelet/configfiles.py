@@ -40,6 +40,10 @@ class MissingConfig(LookupError):
     """A ConfigMap, Secret or key that a pod needs is not there (yet); the message says which, as upstream."""
 
 
+class BadPath(ValueError):
+    """An ``items`` path that would leave the volume (absolute, or with ``..``): never written."""
+
+
 # --- pure: what a pod refers to and what its volumes hold -----------------------------------------------
 
 
@@ -120,7 +124,7 @@ def projection(kind: ConfigKind, source: Mapping[str, Any], data: Mapping[str, b
         raise MissingConfig(not_found(kind, source_name(kind, source)))
     items = source.get("items")
     if not items:
-        return {key: (value, default_mode) for key, value in data.items()}
+        return {_safe(key): (value, default_mode) for key, value in data.items()}
     files: Projection = {}
     for item in items:
         key = item["key"]
@@ -130,8 +134,15 @@ def projection(kind: ConfigKind, source: Mapping[str, Any], data: Mapping[str, b
             what = "config key" if kind == "ConfigMap" else "secret key"
             raise MissingConfig(f"{kind.lower()} references non-existent {what}: {key}")
         mode = item.get("mode")
-        files[str(item.get("path") or key)] = (data[key], default_mode if mode is None else int(mode))
+        files[_safe(str(item.get("path") or key))] = (data[key], default_mode if mode is None else int(mode))
     return files
+
+
+def _safe(path: str) -> str:
+    """``path`` itself when it stays inside the volume and clear of the ``..data`` names; else ``BadPath``."""
+    if not path or os.path.isabs(path) or ".." in path.split("/") or path.startswith(".."):
+        raise BadPath(f'path "{path}" must be relative, must not contain \'..\' and must not start with \'..\'')
+    return path
 
 
 def volume_dir(pod_dir: str, kind: ConfigKind, volume_name: str) -> str:

@@ -353,6 +353,8 @@ class PodSyncer:
             message = f'MountVolume.SetUp failed for volume "{source.name}" : {error}'
             self.recorder.record(pod, "Warning", "FailedMount", message)
             return message
+        except configfiles.BadPath as error:
+            raise podspec.ConfigError(f"volume {source.name!r}: {error}") from None
         if kind == "Secret":
             configfiles.ensure_tmpfs(source.host_path)
         if configfiles.write_projection(source.host_path, files, now):

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from daemons.kubelet.configfiles import (
+    BadPath,
     MissingConfig,
     current_projection,
     mounts_under,
@@ -155,6 +156,11 @@ def test_items_map_keys_to_paths_with_their_own_modes():
     source = {"name": "settings", "defaultMode": 0o400,
               "items": [{"key": "color", "path": "sub/colour.txt", "mode": 0o600}, {"key": "size", "path": "n"}]}
     assert projection("ConfigMap", source, data) == {"sub/colour.txt": (b"blue", 0o600), "n": (b"10", 0o400)}
+    for escaping in ("../x", "/etc/x", "a/../../x"):
+        with pytest.raises(BadPath):
+            projection("ConfigMap", {"name": "s", "items": [{"key": "color", "path": escaping}]}, data)
+    with pytest.raises(BadPath):
+        projection("ConfigMap", {"name": "s"}, {"..data": b"x"})
 
 
 def test_missing_objects_and_keys_block_the_volume_unless_optional():

@@ -253,22 +253,22 @@ class CronJobController:
             log.info("%s: deleted job %s", key, _name(job))
             self.recorder.record(cronjob, "Normal", "SuccessfulDelete", f"Deleted job {_name(job)}")
         if result.create is not None:
-            self._create(key, cronjob, result)
+            self._create(key, cronjob, result.create, result.status)
         if any((result.status.get(name) or None) != ((cronjob.get("status") or {}).get(name) or None)
                for name in ("active", "lastScheduleTime", "lastSuccessfulTime")):
             self._write_status(key, cronjob, result.status)
         if result.requeue_after is not None:
             self.controller.enqueue_after(key, result.requeue_after)
 
-    def _create(self, key: str, cronjob: Obj, result: CronPlan) -> None:
-        assert result.create is not None
+    def _create(self, key: str, cronjob: Obj, scheduled: datetime, status: Obj) -> None:
+        """Create the Job for ``scheduled`` and list it in ``status``'s active Jobs."""
         try:
-            job = self.job_control.create(cronjob, CRONJOBS, job_for(cronjob, result.create))
+            job = self.job_control.create(cronjob, CRONJOBS, job_for(cronjob, scheduled))
         except AlreadyExists:
             return  # made by an earlier sync whose Job the cache has not shown yet
         except (APIError, ConnectionFailed) as error:
-            raise TemporaryError(f"{key}: creating the job for {result.create} failed: {error}") from error
-        result.status["active"] = [*result.status.get("active", []), job_reference(job)]
+            raise TemporaryError(f"{key}: creating the job for {scheduled} failed: {error}") from error
+        status["active"] = [*status.get("active", []), job_reference(job)]
 
     def _write_status(self, key: str, cronjob: Obj, status: Obj) -> None:
         patch = {"status": {"active": status.get("active") or None,

@@ -164,28 +164,33 @@ def test_restart_policy_always_is_refused(api: ApiClient, namespace: str) -> Non
 
 def test_a_job_from_a_cronjob_and_a_missed_run(api: ApiClient, namespace: str, manager: ControllerManagerProcess,
                                                apiserver: ApiServerProcess) -> None:
-    ok(kubectl(apiserver, namespace, "create", "cronjob", "tick", "--image=busybox", "--schedule=*/1 * * * *",
+    # Yearly, so no scheduled time comes by itself while the test runs.
+    ok(kubectl(apiserver, namespace, "create", "cronjob", "tick", "--image=busybox", "--schedule=0 0 1 1 *",
                "--", "date"))
     header, row = ok(kubectl(apiserver, namespace, "get", "cronjobs")).splitlines()
     assert header.split() == ["NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "SCHEDULE", "AGE"]
-    assert row.split()[:7] == ["tick", "*/1", "*", "*", "*", "*", "<none>"]
+    assert row.split()[:10] == ["tick", "0", "0", "1", "1", "*", "<none>", "False", "0", "<none>"]
     ok(kubectl(apiserver, namespace, "create", "job", "manual", "--from=cronjob/tick"))
     manual = api.get(JOBS, "manual", namespace)
     assert manual["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"] == "manual"
     assert manual["metadata"]["ownerReferences"][0]["name"] == "tick"
-    # As if the controller manager had been down since two minutes ago: the latest missed minute runs now.
-    missed_since = (datetime.now(UTC) - timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    api.patch(CRONJOBS, "tick", {"status": {"lastScheduleTime": missed_since}}, namespace, subresource="status")
+    # As if the controller manager had been down for years: only the latest missed time runs, at once.
+    api.patch(CRONJOBS, "tick", {"status": {"lastScheduleTime": "2020-01-01T00:00:00Z"}}, namespace,
+              subresource="status")
 
-    def scheduled() -> list[str]:
-        return [job["metadata"]["name"] for job in api.list(JOBS, namespace)["items"]
+    def scheduled() -> list[dict[str, Any]]:
+        return [job for job in api.list(JOBS, namespace)["items"]
                 if "batch.kubernetes.io/cronjob-scheduled-timestamp" in (job["metadata"].get("annotations") or {})]
 
-    [name] = wait_for(scheduled, lambda names: len(names) == 1, manager)
-    minutes = int(name.removeprefix("tick-"))
+    [job] = wait_for(scheduled, lambda jobs: len(jobs) == 1, manager)
+    name = job["metadata"]["name"]
+    when = datetime.fromtimestamp(int(name.removeprefix("tick-")) * 60, UTC)
+    local = when.astimezone()  # a CronJob without timeZone follows the controller manager's local time
+    assert (local.month, local.day, local.hour, local.minute) == (1, 1, 0, 0)
+    assert datetime.now(UTC) - when < timedelta(days=367)
     status = wait_for(lambda: api.get(CRONJOBS, "tick", namespace)["status"],
                       lambda found: name in {ref["name"] for ref in found.get("active") or []}, manager)
-    assert status["lastScheduleTime"] == datetime.fromtimestamp(minutes * 60, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert status["lastScheduleTime"] == when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @pytest.mark.parametrize("version", sorted(UPSTREAM) or ["none"])

@@ -53,7 +53,7 @@ def check_for(text: str) -> Check:
     kind, _, rest = text.partition("=")
     if kind == "condition" and rest:
         return condition_check(rest)
-    raise CLIError(f"unrecognized condition: {text!r}")
+    raise CLIError(f'unrecognized condition: "{text}"')
 
 
 def _wait_one(session: Session, resource: Resource, name: str, met: Check, deadline: float,

@@ -87,16 +87,28 @@ def selector_labels(uid: str, name: str) -> dict[str, str]:
             LEGACY_JOB_NAME_LABEL: name}
 
 
+def generate_selector(job: Obj) -> None:
+    """Upstream's generateSelector on create: the template's labels gain the uid and name labels and the selector
+    matches the uid. Any malformed part is left for validation to report."""
+    metadata, spec = job.get("metadata"), job.get("spec")
+    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+        return
+    uid, name, template = metadata.get("uid"), metadata.get("name"), spec.get("template")
+    if spec.get("selector") is not None or spec.get("manualSelector") or not isinstance(template, dict) \
+            or not isinstance(uid, str) or not isinstance(name, str):
+        return
+    template_metadata = template.setdefault("metadata", {})
+    labels = template_metadata.get("labels") if isinstance(template_metadata, dict) else None
+    if not isinstance(template_metadata, dict) or not isinstance(labels, dict | None):
+        return
+    template_metadata["labels"] = {**(labels or {}), **selector_labels(uid, name)}
+    spec["selector"] = {"matchLabels": {CONTROLLER_UID_LABEL: uid}}
+
+
 def defaults(job: Obj) -> None:
-    """The selector the apiserver generates on create (it needs the uid), then upstream's SetDefaults_Job, whose
-    Job labels default to the template's and so carry the generated ones, as upstream's Jobs show."""
-    spec = job.setdefault("spec", {})
-    metadata = job.get("metadata") or {}
-    uid, name = metadata.get("uid"), metadata.get("name")
-    if spec.get("selector") is None and uid and name and not spec.get("manualSelector"):
-        template_metadata = spec.setdefault("template", {}).setdefault("metadata", {})
-        template_metadata["labels"] = {**(template_metadata.get("labels") or {}), **selector_labels(uid, name)}
-        spec["selector"] = {"matchLabels": {CONTROLLER_UID_LABEL: uid}}
+    """The generated selector, then upstream's SetDefaults_Job, whose Job labels default to the template's and so
+    carry the generated ones, as upstream's Jobs show."""
+    generate_selector(job)
     default_job(job)
 
 

@@ -37,13 +37,16 @@ class JobCondition(models.KubeModel):
 
 
 class JobSpec(models.KubeModel):
-    parallelism: Annotated[int, Field(ge=0)] = 1
+    """Unset fields stay unset here: a Job gets upstream's defaults from its row's hook, while a CronJob's
+    jobTemplate keeps what its author wrote, as upstream stores it."""
+
+    parallelism: Annotated[int, Field(ge=0)] | None = None
     completions: Annotated[int, Field(ge=0)] | None = None
     active_deadline_seconds: Annotated[int, Field(ge=1)] | None = None
-    backoff_limit: Annotated[int, Field(ge=0)] = 6
+    backoff_limit: Annotated[int, Field(ge=0)] | None = None
     ttl_seconds_after_finished: Annotated[int, Field(ge=0)] | None = None
-    completion_mode: Literal["NonIndexed", "Indexed"] = "NonIndexed"
-    suspend: bool = False
+    completion_mode: Literal["NonIndexed", "Indexed"] | None = None
+    suspend: bool | None = None
     manual_selector: bool | None = None
     selector: models.LabelSelector | None = None
     template: models.PodTemplateSpec

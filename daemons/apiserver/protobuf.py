@@ -344,6 +344,30 @@ SCHEMA: dict[str, Schema] = {
                          6: ("conditions", "[]ReplicaSetCondition")},
     "ReplicaSetCondition": {1: ("type", "*string"), 2: ("status", "*string"), 3: ("lastTransitionTime", "time"),
                             4: ("reason", "string"), 5: ("message", "string")},
+    # --- batch/v1 -----------------------------------------------------------------------------------------------
+    "Job": _object("JobSpec", "JobStatus"),
+    "JobSpec": {
+        1: ("parallelism", "*int"), 2: ("completions", "*int"), 3: ("activeDeadlineSeconds", "*int"),
+        7: ("backoffLimit", "*int"), 4: ("selector", "LabelSelector"), 5: ("manualSelector", "*bool"),
+        6: ("template", "PodTemplateSpec"), 8: ("ttlSecondsAfterFinished", "*int"), 9: ("completionMode", "*string"),
+        10: ("suspend", "*bool"), 14: ("podReplacementPolicy", "*string"), 15: ("managedBy", "*string"),
+    },
+    "JobStatus": {
+        1: ("conditions", "[]JobCondition"), 2: ("startTime", "time"), 3: ("completionTime", "time"),
+        4: ("active", "int"), 5: ("succeeded", "int"), 6: ("failed", "int"), 11: ("terminating", "*int"),
+        7: ("completedIndexes", "string"), 9: ("ready", "*int"),
+    },
+    "JobCondition": {1: ("type", "*string"), 2: ("status", "*string"), 3: ("lastProbeTime", "time"),
+                     4: ("lastTransitionTime", "time"), 5: ("reason", "string"), 6: ("message", "string")},
+    "CronJob": _object("CronJobSpec", "CronJobStatus"),
+    "CronJobSpec": {
+        1: ("schedule", "*string"), 8: ("timeZone", "*string"), 2: ("startingDeadlineSeconds", "*int"),
+        3: ("concurrencyPolicy", "string"), 4: ("suspend", "*bool"), 5: ("jobTemplate", "JobTemplateSpec"),
+        6: ("successfulJobsHistoryLimit", "*int"), 7: ("failedJobsHistoryLimit", "*int"),
+    },
+    "JobTemplateSpec": _object("JobSpec", None),
+    "CronJobStatus": {1: ("active", "[]ObjectReference"), 4: ("lastScheduleTime", "time"),
+                      5: ("lastSuccessfulTime", "time")},
     # --- core/v1 configuration, identities and replication controllers; discovery.k8s.io/v1 -------------------
     "ConfigMap": {**_OBJECT, 4: ("immutable", "*bool"), 2: ("data", "map"), 3: ("binaryData", "bytesmap")},
     "Secret": {**_OBJECT, 5: ("immutable", "*bool"), 2: ("data", "bytesmap"), 4: ("stringData", "map"),
@@ -409,9 +433,11 @@ KINDS: dict[tuple[str, str], str] = {
     ("discovery.k8s.io/v1", "EndpointSlice"): "EndpointSlice",
     ("apps/v1", "Deployment"): "Deployment",
     ("autoscaling/v2", "HorizontalPodAutoscaler"): "HorizontalPodAutoscaler",
+    ("batch/v1", "Job"): "Job",
+    ("batch/v1", "CronJob"): "CronJob",
     # client-go's typed DELETE sends its options in the group version of the resource it deletes.
     **{(version, "DeleteOptions"): "DeleteOptions" for version in ("v1", "apps/v1", "autoscaling/v2",
-                                                                   "discovery.k8s.io/v1",
+                                                                   "batch/v1", "discovery.k8s.io/v1",
                                                                    "meta.k8s.io/v1")},
 }
 

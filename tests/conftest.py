@@ -39,7 +39,7 @@ import yaml
 
 from daemons.api import kubeconfig
 from daemons.api.client import ApiClient
-from daemons.api.errors import NotFound
+from daemons.api.errors import Conflict, NotFound
 from daemons.api.resources import RESOURCES, by_kind, require
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -898,14 +898,25 @@ def delete_namespace(api: ApiClient, name: str) -> None:
     For tests against an apiserver without a controller-manager that need the namespace gone.
     """
     namespaces = require("v1", "Namespace")
-    marked = api.delete(namespaces, name)
+    try:
+        api.delete(namespaces, name)
+    except NotFound:
+        return
     for resource in RESOURCES:
         if resource.namespaced:
             for item in api.list(resource, name).get("items") or []:
                 with contextlib.suppress(NotFound):
                     api.delete(resource, item["metadata"]["name"], name, grace_period_seconds=0)
-    with contextlib.suppress(NotFound):
-        api.replace(namespaces, {**marked, "spec": {"finalizers": []}}, subresource="finalize")
+    # A namespace controller may finalize it meanwhile: finalize the version read last, until gone or done.
+    for _attempt in range(5):
+        try:
+            current = api.get(namespaces, name)
+            api.replace(namespaces, {**current, "spec": {"finalizers": []}}, subresource="finalize")
+            return
+        except NotFound:
+            return
+        except Conflict:
+            continue
 
 
 @pytest.fixture
@@ -918,8 +929,7 @@ def namespace(api: ApiClient) -> Iterator[str]:
     try:
         yield name
     finally:
-        with contextlib.suppress(NotFound):
-            api.delete(resource, name)
+        delete_namespace(api, name)
 
 
 # --- Docker (kubelet tests) ---------------------------------------------------------------------------

@@ -75,7 +75,8 @@ def test_a_pod_reads_its_configuration_and_sees_configmap_edits(cluster, namespa
 
     def running():
         status = cluster.get(PODS, "app", namespace).get("status") or {}
-        return status.get("phase") == "Running" and all(c.get("ready") for c in status.get("containerStatuses") or [])
+        containers = status.get("containerStatuses") or []
+        return status.get("phase") == "Running" and bool(containers) and all(c.get("ready") for c in containers)
 
     wait_for(running, 90, what="pod app to run after its init containers")
     inits = cluster.get(PODS, "app", namespace)["status"]["initContainerStatuses"]

@@ -252,6 +252,7 @@ def test_upstream_kubectl_scales_a_replication_controller(manager, kubectl: Kube
 
 def test_python_client_creates_reads_lists_and_watches_configmaps(core, namespace):
     seen: list[tuple[str, str | None]] = []
+    watching = threading.Event()
 
     def watch() -> None:
         """Without a resourceVersion the stream starts with the ConfigMaps already there, so the create is seen
@@ -259,6 +260,7 @@ def test_python_client_creates_reads_lists_and_watches_configmaps(core, namespac
         watcher = kubernetes.watch.Watch()
         for event in watcher.stream(core.list_namespaced_config_map, namespace, timeout_seconds=30):
             seen.append((event["type"], (event["object"].data or {}).get("a")))
+            watching.set()
             if event["type"] == "DELETED":
                 watcher.stop()
 
@@ -269,6 +271,7 @@ def test_python_client_creates_reads_lists_and_watches_configmaps(core, namespac
     assert created.data == {"a": "1"}
     assert core.read_namespaced_config_map("py-cm", namespace).data == {"a": "1"}
     assert [item.metadata.name for item in core.list_namespaced_config_map(namespace).items] == ["py-cm"]
+    assert watching.wait(30), "the watch saw no event within 30 s"  # it has the create: now change it
     core.patch_namespaced_config_map("py-cm", namespace, {"data": {"a": "2"}})
     core.delete_namespaced_config_map("py-cm", namespace)
     thread.join(40)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 
 from daemons.api.client import ApiClient
-from daemons.api.errors import APIError, NotFound
+from daemons.api.errors import APIError, MiniK8sError, NotFound
 from daemons.api.kinds.daemonset import HASH_LABEL
 from daemons.api.resources import require
 from tests.conftest import (
@@ -101,8 +100,11 @@ class Nodes:
                 self.remove(full)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            pods = self.api.list(PODS, self.namespace)["items"]
+        while not self._stop.wait(0.2):
+            try:
+                pods = self.api.list(PODS, self.namespace)["items"]
+            except MiniK8sError:  # a slow or busy apiserver, or a lost connection: look again
+                continue
             ready_nodes = {pod["spec"].get("nodeName") for pod in pods
                            if is_ready(pod) and not pod["metadata"].get("deletionTimestamp")}
             self.unavailable.append(len(self.names - ready_nodes))
@@ -114,7 +116,6 @@ class Nodes:
                     elif not is_ready(pod):
                         status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
                         self.api.patch(PODS, name, {"status": status}, self.namespace, subresource="status")
-            time.sleep(0.05)
 
 
 @pytest.fixture

@@ -140,7 +140,8 @@ def test_a_suspended_job_runs_nothing_until_resumed(api: ApiClient, namespace: s
     assert job_pods(api, namespace, "later") == []
     api.patch(JOBS, "later", {"spec": {"suspend": False}}, namespace)
     wait_for(lambda: len(job_pods(api, namespace, "later")), 1, manager)
-    assert condition(api, namespace, "later", "Suspended")["status"] == "False"
+    # The controller creates the pods before it writes the condition.
+    wait_for(lambda: (condition(api, namespace, "later", "Suspended") or {}).get("status"), "False", manager)
 
 
 def test_a_finished_job_goes_after_its_ttl(api: ApiClient, namespace: str, manager: ControllerManagerProcess,
@@ -200,7 +201,7 @@ def test_upstream_kubectl_creates_and_lists_jobs(version: str, api: ApiClient, n
     binary, cache = UPSTREAM[version], tmp_path / "cache"
     assert ok(kubectl(apiserver, namespace, "create", "job", "up", "--image=busybox", "--", "true",
                       binary=binary, cache=cache)) == "job.batch/up created\n"
-    assert ok(kubectl(apiserver, namespace, "create", "cronjob", "upc", "--image=busybox", "--schedule=0 * * * *",
+    assert ok(kubectl(apiserver, namespace, "create", "cronjob", "upc", "--image=busybox", "--schedule=0 0 1 1 *",
                       binary=binary, cache=cache)) == "cronjob.batch/upc created\n"
     assert api.get(JOBS, "up", namespace)["spec"]["template"]["spec"]["restartPolicy"] == "Never"
     lines = ok(kubectl(apiserver, namespace, "get", "jobs", binary=binary, cache=cache)).splitlines()
@@ -208,4 +209,4 @@ def test_upstream_kubectl_creates_and_lists_jobs(version: str, api: ApiClient, n
     assert lines[1].split()[:3] == ["up", "Running", "0/1"]
     lines = ok(kubectl(apiserver, namespace, "get", "cronjobs", binary=binary, cache=cache)).splitlines()
     assert lines[0].split() == ["NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "SCHEDULE", "AGE"]
-    assert lines[1].split()[:10] == ["upc", "0", "*", "*", "*", "*", "<none>", "False", "0", "<none>"]
+    assert lines[1].split()[:10] == ["upc", "0", "0", "1", "1", "*", "<none>", "False", "0", "<none>"]

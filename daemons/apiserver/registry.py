@@ -145,7 +145,11 @@ class Registry:
     def _normalize(resource: Resource, obj: Obj, namespace: str | None) -> Obj:
         obj = clone(obj)
         obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
-        metadata = obj.setdefault("metadata", {})
+        metadata = obj.get("metadata")
+        if metadata is None:
+            metadata = obj["metadata"] = {}
+        elif not isinstance(metadata, dict):
+            raise errors.BadRequest(f"metadata: must be an object, not {type(metadata).__name__}")
         if resource.namespaced:
             metadata["namespace"] = namespace
         else:
@@ -527,7 +531,8 @@ def object_name(obj: Obj) -> str:
 def pinned_version(patch: Any) -> str | None:
     """The resourceVersion a patch insists on (optimistic locking), if any; such a patch is never retried."""
     if isinstance(patch, dict):
-        version = (patch.get("metadata") or {}).get("resourceVersion")
+        metadata = patch.get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         return str(version) if version else None
     for operation in patch if isinstance(patch, list) else []:
         if isinstance(operation, dict) and operation.get("path") == "/metadata/resourceVersion" \

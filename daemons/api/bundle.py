@@ -123,7 +123,7 @@ class Resource:
     - ``propagates_deletion``: whether DELETE's propagationPolicy applies: False for kinds the garbage
       collector does not watch, which could then never lose its finalizer.
     - ``default_propagation``: what a DELETE without a propagation policy does to dependents.
-    - ``bus_topic``: the first part of the event bus routing key, ``<plural>:<group>`` or ``<plural>``.
+    - ``bus_topic``: the event bus routing key's first word, ``<plural>`` or ``<plural>:<group with : for .>``.
     """
 
     kind: str
@@ -169,8 +169,12 @@ class Resource:
 
     @property
     def bus_topic(self) -> str:
-        """The event bus routing key's first word: RabbitMQ splits keys on dots, so the group follows a colon."""
-        return f"{self.plural}:{self.group}" if self.group else self.plural
+        """The event bus routing key's first word: ``pods``, ``replicasets:apps``, ``leases:coordination:k8s:io``.
+
+        RabbitMQ splits routing keys into words at dots, so the group's dots become colons: the topic stays one
+        word, and no two groups share one (a group name has no colon).
+        """
+        return f"{self.plural}:{self.group.replace('.', ':')}" if self.group else self.plural
 
     @property
     def api_prefix(self) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from daemons.api.resources import resolve
+from daemons.apiserver.publisher import routing_key
 from daemons.machinery.informer import Delta, Informer, Store, decide_event, diff_relist
 
 pytestmark = pytest.mark.unit
@@ -276,6 +277,17 @@ def test_grouped_kind_binds_and_accepts_only_its_own_topic() -> None:
     informer = Informer(FakeClient([], 1), resolve("replicasets.apps"), namespace="default")  # type: ignore[arg-type]
     assert informer.binding_key == "replicasets:apps.default.#"
     assert informer.handle_message("replicasets.default.a", b"{}") is None
+
+
+def test_a_kind_of_a_dotted_group_hears_what_the_publisher_routes_for_it() -> None:
+    """RabbitMQ splits keys at dots: a group's dots must not split the topic the informer checks."""
+    informer = Informer(FakeClient([], 1), resolve("leases"))  # type: ignore[arg-type]
+    key = routing_key("/registry/leases.coordination.k8s.io/kube-node-lease/n1")
+    assert key == "leases:coordination:k8s:io.kube-node-lease.n1"
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": "n1", "namespace": "kube-node-lease", "resourceVersion": "2"}, "spec": {}}
+    assert informer.handle_message(key, json.dumps({"type": "ADDED", "object": lease}).encode()) is not None
+    assert informer.store.get("kube-node-lease", "n1") is not None
 
 
 def test_added_handler_hears_about_cached_objects_first() -> None:

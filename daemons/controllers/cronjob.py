@@ -143,7 +143,9 @@ def plan(cronjob: Obj, jobs: list[Obj], now: datetime, local: tzinfo) -> CronPla
             names = {(job.get("metadata") or {}).get("name") for job in jobs}
             policy = spec.get("concurrencyPolicy", "Allow")
             if job_name(_name(cronjob), scheduled) in names:
-                pass  # this time's Job exists already (made before the status write was seen)
+                # This time's Job exists already: made by a sync whose status write this cache has not seen yet.
+                # Record the time again, or this write would put the stale lastScheduleTime back.
+                status["lastScheduleTime"] = rfc3339(scheduled)
             elif policy == "Forbid" and running:
                 result.events.append(("Normal", "JobAlreadyActive", "Not starting job because prior execution is "
                                       "running and concurrency policy is Forbid"))
